@@ -1,0 +1,316 @@
+// The API's logic through app.request(), on a small database this file builds itself.
+import assert from 'node:assert/strict'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { after, before, describe, test } from 'node:test'
+import { claims, makeToken, now } from './helpers.ts'
+
+const dir = mkdtempSync(join(tmpdir(), 'feed-app-'))
+process.env.SQLITE_PATH = join(dir, 'nested', 'app.db')
+process.env.JWT_SECRET = 'a secret only these tests know'
+const SECRET = process.env.JWT_SECRET
+const { app, db } = await import('../app.ts')
+
+after(() => {
+  db.close()
+  rmSync(dir, { recursive: true, force: true })
+})
+
+// Fixture: three users (one with characters JSON must escape), 25 posts a second apart
+// (the last two at the same instant, to show the id tie-break), and a few likes.
+const USERS = [
+  { id: 1, username: 'alice' },
+  { id: 2, username: 'bob' },
+  { id: 3, username: 'carol "c" \\ <ünï> 🐈' },
+]
+type Post = { id: number; user_id: number; body: string; created_at: string }
+const POSTS: Post[] = Array.from({ length: 25 }, (_, i) => ({
+  id: i + 1,
+  user_id: (i % 3) + 1,
+  body: i === 24 ? 'tab\there, "quotes", newline\nand emoji 😀' : `post number ${i + 1}`,
+  created_at: new Date(Date.UTC(2025, 0, 1, 0, 0, Math.min(i, 23))).toISOString(),
+}))
+const LIKES = [[1, 25], [2, 25], [3, 25], [2, 1]] // [user_id, post_id]
+
+before(() => {
+  const user = db.prepare('INSERT INTO users (id, username) VALUES (?, ?)')
+  for (const u of USERS) user.run(u.id, u.username)
+  const post = db.prepare('INSERT INTO posts (id, user_id, body, created_at) VALUES (?, ?, ?, ?)')
+  for (const p of POSTS) post.run(p.id, p.user_id, p.body, p.created_at)
+  const like = db.prepare('INSERT INTO likes (user_id, post_id) VALUES (?, ?)')
+  for (const [u, p] of LIKES) like.run(u, p)
+})
+
+// The post object as the contract spells it, keys in order.
+function postJson(p: Post, likeCount: number) {
+  const author = USERS.find((u) => u.id === p.user_id)!.username
+  return { id: p.id, body: p.body, created_at: p.created_at, author, like_count: likeCount }
+}
+const likeCount = (postId: number) => LIKES.filter(([, p]) => p === postId).length
+
+const tokenFor = (id: number, extra: Record<string, unknown> = {}) =>
+  makeToken({ ...claims(String(id), USERS[id - 1]?.username ?? `ghost_${id}`), ...extra }, { secret: SECRET })
+
+async function post(path: string, { token, body, headers = {} }: { token?: string; body?: BodyInit; headers?: Record<string, string> } = {}) {
+  const auth: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {}
+  return app.request(path, { method: 'POST', headers: { ...auth, ...headers }, body })
+}
+
+async function expectError(res: Response, status: number, message: string) {
+  assert.equal(res.status, status)
+  assert.match(res.headers.get('content-type') ?? '', /^application\/json/)
+  assert.equal(await res.text(), JSON.stringify({ error: message }))
+}
+
+describe('GET /health', () => {
+  test('answers ok with the database reachable and a whole-second uptime', async () => {
+    const res = await app.request('/health')
+    assert.equal(res.status, 200)
+    assert.match(await res.text(), /^\{"status":"ok","db":"ok","uptime_s":\d+\}$/)
+  })
+})
+
+describe('GET /feed', () => {
+  test('returns the 20 newest posts, created_at then id descending, keys in contract order', async () => {
+    const res = await app.request('/feed')
+    assert.equal(res.status, 200)
+    assert.equal(res.headers.get('content-type'), 'application/json')
+    const newest = [...POSTS]
+      .sort((a, b) => b.created_at.localeCompare(a.created_at) || b.id - a.id)
+      .slice(0, 20)
+    assert.deepEqual(newest.slice(0, 2).map((p) => p.id), [25, 24], 'same instant: higher id first')
+    assert.equal(await res.text(), JSON.stringify({ posts: newest.map((p) => postJson(p, likeCount(p.id))) }))
+  })
+})
+
+describe('GET /posts/:id', () => {
+  test('returns the post with its author and like count, escaped by SQLite', async () => {
+    const res = await app.request('/posts/25')
+    assert.equal(res.status, 200)
+    assert.equal(await res.text(), JSON.stringify({ post: postJson(POSTS[24], 3) }))
+  })
+
+  test('counts a post with no likes as 0', async () => {
+    const res = await app.request('/posts/2')
+    assert.equal(await res.text(), JSON.stringify({ post: postJson(POSTS[1], 0) }))
+  })
+
+  test('is 404 for a well-formed id with no post, even past 2^53 and 2^63', async () => {
+    for (const id of ['26', '999999999', '9007199254740993', '99999999999999999999999999999999999999999']) {
+      await expectError(await app.request(`/posts/${id}`), 404, 'post not found')
+    }
+  })
+
+  test('is 400 for anything but a positive decimal integer', async () => {
+    for (const id of ['0', '-1', 'abc', '1.5', '01', '+1', '1e3', '0x10', '%201', '1%00', '%E2%82%81', 'Infinity', ' 1']) {
+      await expectError(await app.request(`/posts/${id}`), 400, 'invalid post id')
+    }
+  })
+})
+
+describe('POST /posts', () => {
+  const json = (value: unknown) => ({ body: JSON.stringify(value), headers: { 'content-type': 'application/json' } })
+
+  describe('authentication', () => {
+    test('is 401 missing bearer token without a Bearer header', async () => {
+      await expectError(await post('/posts', json({ body: 'hi' })), 401, 'missing bearer token')
+      const basic = await post('/posts', { ...json({ body: 'hi' }), headers: { authorization: 'Basic YTpi' } })
+      await expectError(basic, 401, 'missing bearer token')
+      // Header values are trimmed, so a scheme with no token is a missing token.
+      const empty = await post('/posts', { ...json({ body: 'hi' }), headers: { authorization: 'Bearer ' } })
+      await expectError(empty, 401, 'missing bearer token')
+    })
+
+    test('is 401 invalid or expired token for bad signatures, expiry, algorithms and shapes', async () => {
+      const good = await tokenFor(1)
+      const [header, payload] = good.split('.')
+      const bad = {
+        'another secret': await makeToken(claims('1'), { secret: 'twelve-dollar-challenge' }),
+        'tampered payload': `${header}.${Buffer.from(JSON.stringify(claims('2'))).toString('base64url')}.${good.split('.')[2]}`,
+        expired: await tokenFor(1, { exp: now() - 10 }),
+        'no exp': await makeToken({ sub: '1', username: 'alice', iat: now() }, { secret: SECRET }),
+        'exp as a string': await tokenFor(1, { exp: String(now() + 3600) }),
+        'alg none': await makeToken(claims('1'), { alg: 'none' }),
+        HS512: await makeToken(claims('1'), { secret: SECRET, alg: 'HS512' }),
+        'two segments': `${header}.${payload}`,
+        'not base64url': `${header}.${payload}.***`,
+        'payload not JSON': `${header}.${Buffer.from('nope').toString('base64url')}.${good.split('.')[2]}`,
+        'payload null': `${header}.${Buffer.from('null').toString('base64url')}.${good.split('.')[2]}`,
+      }
+      for (const [name, token] of Object.entries(bad)) {
+        const res = await app.request('/posts', { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: '{"body":"x"}' })
+        await expectError(res, 401, 'invalid or expired token').catch((err) => assert.fail(`${name}: ${err.message}`))
+      }
+    })
+
+    test('is 401 invalid token payload when sub or username are not what the contract says', async () => {
+      const payloads = [
+        { sub: 1, username: 'alice' },
+        { sub: '0', username: 'alice' },
+        { sub: '01', username: 'alice' },
+        { sub: '-1', username: 'alice' },
+        { sub: 'abc', username: 'alice' },
+        { sub: '99999999999999999999', username: 'alice' },
+        { username: 'alice' },
+        { sub: '1' },
+        { sub: '1', username: 42 },
+        { sub: '1', username: { name: 'alice' } },
+      ]
+      for (const p of payloads) {
+        const token = await makeToken({ ...p, iat: now(), exp: now() + 60 }, { secret: SECRET })
+        await expectError(await post('/posts', { token, ...json({ body: 'x' }) }), 401, 'invalid token payload')
+      }
+    })
+
+    test('is 401 invalid token payload for a signed user id with no user row, and writes nothing', async () => {
+      const before = db.prepare('SELECT count(*) AS n FROM posts').get()
+      await expectError(await post('/posts', { token: await tokenFor(77), ...json({ body: 'x' }) }), 401, 'invalid token payload')
+      assert.deepEqual(db.prepare('SELECT count(*) AS n FROM posts').get(), before)
+    })
+
+    test('checks the token before the body', async () => {
+      await expectError(await post('/posts', { body: 'not json' }), 401, 'missing bearer token')
+    })
+  })
+
+  describe('request body', () => {
+    test('is 400 malformed JSON body for invalid JSON or invalid UTF-8', async () => {
+      const token = await tokenFor(1)
+      for (const body of ['', '{', '{"body":"x"', "{'body':'x'}", 'body=x', new Uint8Array([0x7b, 0x22, 0x62, 0x6f, 0x64, 0x79, 0x22, 0x3a, 0x22, 0xff, 0x22, 0x7d])]) {
+        await expectError(await post('/posts', { token, body }), 400, 'malformed JSON body')
+      }
+    })
+
+    test('is 400 body is required when body is missing, not a string, or blank', async () => {
+      const token = await tokenFor(1)
+      for (const value of [{}, { body: null }, { body: 5 }, { body: ['x'] }, { body: '' }, { body: ' \n\t\u00a0\u3000 ' }, null, [], 'body', 1]) {
+        await expectError(await post('/posts', { token, ...json(value) }), 400, 'body is required')
+      }
+    })
+
+    test('is 400 when longer than 500 code points after trimming', async () => {
+      const token = await tokenFor(1)
+      await expectError(await post('/posts', { token, ...json({ body: 'x'.repeat(501) }) }), 400, 'body must be at most 500 characters')
+      await expectError(await post('/posts', { token, ...json({ body: '😀'.repeat(501) }) }), 400, 'body must be at most 500 characters')
+    })
+
+    test('is 413 with Connection: close for a body over 16 KB, declared or streamed', async () => {
+      const token = await tokenFor(1)
+      const big = JSON.stringify({ body: 'x'.repeat(17_000) })
+      const declared = await post('/posts', { token, body: big, headers: { 'content-length': String(big.length) } })
+      await expectError(declared, 413, 'request body must be at most 16 KB')
+      assert.equal(declared.headers.get('connection'), 'close')
+
+      const chunks = [new TextEncoder().encode(big.slice(0, 10_000)), new TextEncoder().encode(big.slice(10_000))]
+      const stream = new ReadableStream({ pull: (c) => (chunks.length ? c.enqueue(chunks.shift()) : c.close()) })
+      const streamed = await app.request('/posts', { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: stream, duplex: 'half' } as RequestInit)
+      await expectError(streamed, 413, 'request body must be at most 16 KB')
+    })
+  })
+
+  describe('success', () => {
+    test('is 201 with the trimmed body, the token username as author and like_count 0', async () => {
+      const before = Date.now()
+      const res = await post('/posts', { token: await tokenFor(3), ...json({ body: '  \n hello, world \t ' }) })
+      assert.equal(res.status, 201)
+      const text = await res.text()
+      const { post: created } = JSON.parse(text)
+      assert.deepEqual(Object.keys(created), ['id', 'body', 'created_at', 'author', 'like_count'])
+      assert.equal(created.body, 'hello, world')
+      assert.equal(created.author, USERS[2].username)
+      assert.equal(created.like_count, 0)
+      assert.match(created.created_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
+      assert.ok(Math.abs(Date.parse(created.created_at) - before) < 5_000)
+      assert.equal(await (await app.request(`/posts/${created.id}`)).text(), text, 'reads back byte for byte')
+    })
+
+    test('takes the author from the token, never from the users table', async () => {
+      const res = await post('/posts', { token: await makeToken(claims('1', 'not alice'), { secret: SECRET }), ...json({ body: 'x' }) })
+      assert.equal((await res.json()).post.author, 'not alice')
+    })
+
+    test('accepts exactly 500 emoji (1,000 UTF-16 units)', async () => {
+      const res = await post('/posts', { token: await tokenFor(2), ...json({ body: '😀'.repeat(500) }) })
+      assert.equal(res.status, 201)
+      assert.equal((await res.json()).post.body, '😀'.repeat(500))
+    })
+
+    test('puts the new post at the top of the feed', async () => {
+      const res = await post('/posts', { token: await tokenFor(1), ...json({ body: 'newest' }) })
+      const { post: created } = await res.json()
+      const feed = await (await app.request('/feed')).json()
+      assert.deepEqual(feed.posts[0], created)
+      assert.equal(feed.posts.length, 20)
+    })
+
+    test('ignores fields other than body and any content type', async () => {
+      const res = await post('/posts', { token: await tokenFor(1), body: '{"body":"plain","author":"mallory","like_count":99}', headers: { 'content-type': 'text/plain' } })
+      const { post: created } = await res.json()
+      assert.equal(res.status, 201)
+      assert.equal(created.author, 'alice')
+      assert.equal(created.like_count, 0)
+    })
+  })
+})
+
+describe('POST /posts/:id/like', () => {
+  test('checks auth before the id', async () => {
+    await expectError(await post('/posts/abc/like'), 401, 'missing bearer token')
+    await expectError(await post('/posts/abc/like', { token: await tokenFor(1) }), 400, 'invalid post id')
+  })
+
+  test('is 404 post not found for a post that does not exist', async () => {
+    const token = await tokenFor(1)
+    await expectError(await post('/posts/99999/like', { token }), 404, 'post not found')
+    await expectError(await post('/posts/99999999999999999999/like', { token }), 404, 'post not found')
+  })
+
+  test('is 201 the first time, 200 after, and like_count counts it at once', async () => {
+    const token = await tokenFor(3)
+    const first = await post('/posts/2/like', { token })
+    assert.equal(first.status, 201)
+    assert.equal(await first.text(), '{"liked":true,"already_liked":false,"post_id":2}')
+    assert.equal((await (await app.request('/posts/2')).json()).post.like_count, 1)
+    const again = await post('/posts/2/like', { token })
+    assert.equal(again.status, 200)
+    assert.equal(await again.text(), '{"liked":true,"already_liked":true,"post_id":2}')
+    assert.equal((await (await app.request('/posts/2')).json()).post.like_count, 1)
+  })
+
+  test('is 401 invalid token payload for a signed user id with no user row', async () => {
+    await expectError(await post('/posts/3/like', { token: await tokenFor(77) }), 401, 'invalid token payload')
+  })
+})
+
+describe('unknown paths and methods', () => {
+  test('is 404 not found for an unknown path', async () => {
+    for (const path of ['/', '/nope', '/feed/', '/posts/', '/posts/1/likes', '/posts/1/like/x']) {
+      await expectError(await app.request(path), 404, 'not found')
+    }
+  })
+
+  test('is 405 with Allow for a known path and another method', async () => {
+    const cases = [['DELETE', '/feed', 'GET'], ['POST', '/health', 'GET'], ['PUT', '/posts/1', 'GET'], ['GET', '/posts/1/like', 'POST'], ['GET', '/posts', 'POST']]
+    for (const [method, path, allow] of cases) {
+      const res = await app.request(path, { method })
+      await expectError(res, 405, 'method not allowed')
+      assert.equal(res.headers.get('allow'), allow)
+    }
+  })
+})
+
+describe('unexpected failures', () => {
+  test('are 500 internal server error, with no stack or SQL in the body', async () => {
+    const logged: unknown[] = []
+    const original = console.error
+    console.error = (...args) => logged.push(args)
+    try {
+      db.exec('DROP TABLE likes')
+      await expectError(await app.request('/feed'), 500, 'internal server error')
+      assert.equal(logged.length, 1, 'the error is logged on the server side')
+    } finally {
+      console.error = original
+    }
+  })
+})
