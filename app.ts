@@ -196,7 +196,7 @@ async function readPostBody(c: Context): Promise<string> {
 }
 
 // Serve until SIGTERM or SIGINT, then finish in-flight requests, close the database and exit 0.
-function run() {
+export function run() {
   const server = serve(
     {
       fetch: app.fetch,

@@ -1,8 +1,10 @@
-// Bundles app.ts and seed.ts into dist/, one file each, that run on Node 24 with nothing beside them.
+// Bundles app.ts, seed.ts and start.ts into dist/, one file each, that run on Node 24 with nothing beside them.
 import { build } from 'esbuild'
-import { statSync } from 'node:fs'
+import { rmSync, statSync } from 'node:fs'
 
-const outputs = { 'dist/app.js': 'app.ts', 'dist/seed.js': 'seed.ts' }
+const outputs = { 'dist/app.js': 'app.ts', 'dist/seed.js': 'seed.ts', 'dist/start.js': 'start.ts' }
+// dist/ holds exactly these files: the container copies the folder whole.
+rmSync('dist', { recursive: true, force: true })
 
 for (const [outfile, entry] of Object.entries(outputs)) {
   await build({

@@ -1,6 +1,8 @@
 // Shared by the tests that run the built server as a real process.
 import { spawn, type ChildProcess } from 'node:child_process'
+import { once } from 'node:events'
 import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { sign } from 'hono/jwt'
@@ -8,7 +10,7 @@ import { sign } from 'hono/jwt'
 export const ROOT = join(import.meta.dirname, '..')
 export const DEFAULT_SECRET = 'twelve-dollar-challenge'
 
-type Token = { id: number; username: string; token: string }
+export type Token = { id: number; username: string; token: string }
 
 // A fresh copy of the run's seeded database, in a folder of its own, with its tokens.
 export function freshSeededCopy() {
@@ -28,17 +30,22 @@ export type Server = {
   stop: (signal?: NodeJS.Signals) => Promise<number | null>
 }
 
-// Starts a program that logs "listening on http://host:port" and waits for that line.
-export function startServer(args: string[], env: Record<string, string>, cwd = ROOT): Promise<Server> {
-  const child = spawn(process.execPath, args, {
+type StartOptions = { env: Record<string, string>; cwd?: string; uid?: number; gid?: number }
+
+// Starts a server process that logs "listening on http://host:port", and waits for that line.
+// PORT defaults to 0 (any free port) and HOST to loopback; env is all the process gets, with PATH.
+export function startServer(command: string, args: string[], { env, cwd = ROOT, uid, gid }: StartOptions): Promise<Server> {
+  const child = spawn(command, args, {
     cwd,
+    uid,
+    gid,
     env: { PATH: process.env.PATH ?? '', PORT: '0', HOST: '127.0.0.1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let output = ''
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start in 60 s:\n${output}`)), 60_000)
+    const timer = setTimeout(() => reject(new Error(`server did not start in 90 s:\n${output}`)), 90_000)
     const onData = (chunk: Buffer) => {
       output += chunk
       const match = /listening on http:\/\/[^:]+:(\d+)/.exec(output)
@@ -56,8 +63,31 @@ export function startServer(args: string[], env: Record<string, string>, cwd = R
     }
     child.stdout.on('data', onData)
     child.stderr.on('data', onData)
-    child.once('exit', (code) => reject(new Error(`server exited with ${code} before listening:\n${output}`)))
+    child.once('exit', (code) => {
+      clearTimeout(timer)
+      reject(new Error(`server exited with ${code} before listening:\n${output}`))
+    })
   })
+}
+
+// Polls /health the way a load balancer or the challenge does; resolves with the seconds it took.
+export async function waitHealthy(url: string, timeoutMs: number): Promise<number> {
+  const started = performance.now()
+  while (performance.now() - started < timeoutMs) {
+    const ok = await fetch(`${url}/health`).then((r) => r.ok, () => false)
+    if (ok) return (performance.now() - started) / 1000
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+  throw new Error(`${url}/health was not 200 within ${timeoutMs / 1000} s`)
+}
+
+// A port nothing listens on right now.
+export async function freePort(): Promise<number> {
+  const server = createServer().listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const { port } = server.address() as AddressInfo
+  server.close()
+  return port
 }
 
 const base64url = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')

@@ -19,7 +19,7 @@ let server: Server
 const k6Globals = globalThis as unknown as Record<string, unknown>
 
 before(async () => {
-  server = await startServer(['dist/app.js'], { SQLITE_PATH: db.path })
+  server = await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: db.path } })
   k6Globals.open = (path: string) => (path === db.path.replace('feed.db', 'tokens.json') ? JSON.stringify(db.tokens) : assert.fail(`opened ${path}`))
 })
 after(async () => {

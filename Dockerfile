@@ -1,0 +1,29 @@
+# docker build -t twelve-dollar-feed . && docker run -p 3000:3000 twelve-dollar-feed
+
+# Build: the pinned dependencies, then one bundle per entry in dist/.
+FROM node:24.22.3-trixie-slim AS build
+WORKDIR /src
+COPY package.json package-lock.json ./
+RUN npm ci --ignore-scripts --no-audit --no-fund
+COPY build.mjs app.ts seed.ts start.ts schema.sql ./
+RUN node build.mjs
+
+# Run: Debian slim with the same Node, pinned by version. Not Alpine: musl's allocator is slower
+# under this load. Not distroless: its Node images can be pinned by digest only, not by version.
+FROM node:24.22.3-trixie-slim
+WORKDIR /app
+COPY --from=build /src/dist/ ./dist/
+
+# The database and tokens.json live on the volume: seeded on the first start, kept after that.
+RUN mkdir /data && chown node:node /data
+VOLUME ["/data"]
+ENV SQLITE_PATH=/data/feed.db HOST=0.0.0.0 PORT=3000
+USER node
+EXPOSE 3000
+
+# Node asks /health itself (a slim image has no curl); the start period covers a first-start seed.
+HEALTHCHECK --interval=10s --timeout=3s --start-period=90s --retries=3 \
+  CMD ["node", "-e", "fetch(`http://127.0.0.1:${process.env.PORT}/health`).then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
+
+# Exec form: node is PID 1 and receives SIGTERM itself, so `docker stop` stops it cleanly.
+CMD ["node", "dist/start.js"]
