@@ -1,0 +1,452 @@
+// npm run bench: what the challenge scores, on one core of this machine, against the Node ceiling
+// measured in the same run. See bench/README.md for how to read it.
+//
+//   npm run bench [-- --quick] [--only feed,mix] [--hold 5m] [--connections 15000] [--record]
+//                    [--rounds 3] [--against <git ref>] [--flags "<node flags>"] [--against-flags "..."]
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { createHash } from 'node:crypto'
+import { once } from 'node:events'
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
+import { cpus, release, totalmem } from 'node:os'
+import { join } from 'node:path'
+import { parseArgs } from 'node:util'
+import { renderChart } from './chart.ts'
+
+const ROOT = join(import.meta.dirname, '..')
+const CACHE = join(ROOT, 'bench', '.cache')
+const RESULTS = join(ROOT, 'bench', 'results')
+const SERVER_CORE = '1'
+const LOAD_CORE = '0'
+const MEMORY_LIMIT = 2 * 1024 ** 3 // the challenge box's RAM
+const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
+
+const { values: args } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    only: { type: 'string' },
+    hold: { type: 'string' },
+    connections: { type: 'string' },
+    record: { type: 'boolean', default: false },
+    rounds: { type: 'string', default: '1' },
+    against: { type: 'string' },
+    flags: { type: 'string', default: '' },
+    'against-flags': { type: 'string' },
+  },
+})
+
+const ENDPOINTS = ['ceiling', 'feed', 'post', 'like', 'create', 'mix'] as const
+type Endpoint = (typeof ENDPOINTS)[number]
+const LABEL: Record<Endpoint, string> = {
+  ceiling: 'ceiling: node:http, constant feed body',
+  feed: 'GET /feed',
+  post: 'GET /posts/:id',
+  like: 'POST /posts/:id/like',
+  create: 'POST /posts',
+  mix: 'mix (k6 proportions)',
+}
+const only = args.only ? (args.only.split(',') as Endpoint[]) : [...ENDPOINTS]
+for (const e of only) if (!ENDPOINTS.includes(e)) throw new Error(`--only takes ${ENDPOINTS.join(', ')}, not ${e}`)
+if (!only.includes('ceiling')) only.unshift('ceiling') // every figure is read against it
+const QUICK = args.quick
+const WARMUP_S = QUICK ? 1 : 2
+const MEASURE_S = QUICK ? 3 : 10
+const CONNECTIONS = Number(args.connections ?? (QUICK ? 2_000 : 15_000))
+const HOLD_S = parseDuration(args.hold ?? (QUICK ? '15s' : '60s'))
+const ROUNDS = Number(args.rounds)
+const color = (code: number) => (text: string) => (process.stdout.isTTY ? `\x1b[${code}m${text}\x1b[0m` : text)
+const red = color(31)
+const green = color(32)
+const yellow = color(33)
+
+function parseDuration(text: string): number {
+  const match = /^(\d+(?:\.\d+)?)(s|m)?$/.exec(text)
+  if (!match) throw new Error(`a duration is like 60s or 5m, not ${text}`)
+  return Number(match[1]) * (match[2] === 'm' ? 60 : 1)
+}
+
+const sh = (cmd: string, argv: string[], cwd = ROOT) => execFileSync(cmd, argv, { cwd, encoding: 'utf8' }).trim()
+const log = (line: string) => console.error(line)
+
+// --- Setup ----------------------------------------------------------------------------------------
+
+function ensureTools() {
+  const missing = ['wrk', 'taskset'].filter((tool) => spawnSync('which', [tool]).status !== 0)
+  if (missing.length === 0) return
+  log(`bench: installing ${missing.join(', ')} (apt-get)`)
+  const pkgs = missing.map((tool) => (tool === 'taskset' ? 'util-linux' : tool))
+  const install = spawnSync('apt-get', ['install', '-y', '--no-install-recommends', ...pkgs], { stdio: 'inherit' })
+  if (install.status !== 0) throw new Error(`bench needs ${missing.join(', ')}: apt-get install ${pkgs.join(' ')}`)
+}
+
+type Variant = { name: string; app: string; flags: string[]; commit: string }
+
+function commitOf(dir: string) {
+  const sha = sh('git', ['rev-parse', '--short', 'HEAD'], dir)
+  return sh('git', ['status', '--porcelain', '--untracked-files=no'], dir) ? `${sha}+dirty` : sha
+}
+
+// The other build for --against: a worktree of that ref, installed and built, reused while the ref is.
+function buildAgainst(ref: string): string {
+  const sha = sh('git', ['rev-parse', ref])
+  const dir = join(CACHE, `against-${sha.slice(0, 12)}`)
+  if (!existsSync(join(dir, 'dist', 'app.js'))) {
+    log(`bench: building ${ref} (${sha.slice(0, 8)}) in ${dir}`)
+    rmSync(dir, { recursive: true, force: true })
+    spawnSync('git', ['worktree', 'prune'], { cwd: ROOT })
+    sh('git', ['worktree', 'add', '--detach', dir, sha])
+    execFileSync('npm', ['ci', '--ignore-scripts', '--no-audit', '--no-fund'], { cwd: dir, stdio: 'ignore' })
+    execFileSync(process.execPath, ['build.mjs'], { cwd: dir, stdio: 'ignore' })
+  }
+  return join(dir, 'dist', 'app.js')
+}
+
+// One seeded database per version of the seed, kept in bench/.cache; every server gets a copy of it.
+function seededDatabase() {
+  const hash = createHash('sha256').update(readFileSync(join(ROOT, 'seed.ts'))).update(readFileSync(join(ROOT, 'schema.sql'))).digest('hex').slice(0, 12)
+  const db = join(CACHE, `seed-${hash}`, 'feed.db')
+  const tokens = join(CACHE, `seed-${hash}`, 'tokens.txt')
+  if (!existsSync(db)) {
+    log('bench: seeding the challenge database once for this version of the seed (about 20 s)')
+    execFileSync(process.execPath, [join(ROOT, 'dist', 'seed.js'), '--force', db], { stdio: ['ignore', 'ignore', 'inherit'] })
+    const list = JSON.parse(readFileSync(join(CACHE, `seed-${hash}`, 'tokens.json'), 'utf8')) as { token: string }[]
+    writeFileSync(tokens, list.map((t) => t.token).join('\n') + '\n')
+  }
+  return { db, tokens }
+}
+
+// A 2 GB memory cgroup (v1) for the server, where the machine lets us make one.
+function memoryCgroup(): { dir?: string; note: string } {
+  const dir = `/sys/fs/cgroup/memory/feed-bench-${process.pid}`
+  try {
+    mkdirSync(dir)
+    writeFileSync(join(dir, 'memory.limit_in_bytes'), String(MEMORY_LIMIT))
+    return { dir, note: 'memory cgroup of 2 GB' }
+  } catch (err) {
+    return { note: `no memory cgroup (${(err as Error).message.split(':')[0]}): memory not limited` }
+  }
+}
+
+// --- Measuring ------------------------------------------------------------------------------------
+
+const TICK_US = 1e6 / Number(sh('getconf', ['CLK_TCK']))
+
+function cpuTicks(pid: number): number {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
+  return Number(fields[11]) + Number(fields[12]) // utime + stime, all threads
+}
+
+function memoryKb(pid: number, field: 'VmHWM' | 'VmRSS'): number {
+  return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1])
+}
+
+type Server = { child: ChildProcess; pid: number; url: string; stop: () => Promise<void> }
+
+async function startServer(variant: Variant | 'ceiling', db: string, cgroup?: string): Promise<Server> {
+  const [script, flags] = variant === 'ceiling' ? [join(ROOT, 'bench', 'ceiling.ts'), []] : [variant.app, variant.flags]
+  const workdir = join(CACHE, 'run')
+  mkdirSync(workdir, { recursive: true })
+  const copy = join(workdir, 'feed.db')
+  for (const suffix of ['', '-wal', '-shm']) rmSync(copy + suffix, { force: true })
+  if (variant !== 'ceiling') copyFileSync(db, copy)
+  const child = spawn('taskset', ['-c', SERVER_CORE, process.execPath, ...flags, script], {
+    env: { PATH: process.env.PATH, SQLITE_PATH: copy, HOST: '127.0.0.1', PORT: '0' },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  if (cgroup) writeFileSync(join(cgroup, 'cgroup.procs'), String(child.pid))
+  let output = ''
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout!.on('data', (chunk) => {
+      output += chunk
+      const match = /listening on (http:\/\/\S+)/.exec(output)
+      if (match) resolve(match[1].replace('0.0.0.0', '127.0.0.1'))
+    })
+    child.once('exit', (code) => reject(new Error(`server exited with ${code}: ${output}`)))
+  })
+  return {
+    child,
+    pid: child.pid!,
+    url,
+    stop: async () => {
+      child.kill('SIGTERM')
+      if (child.exitCode === null) await once(child, 'exit')
+      for (const suffix of ['', '-wal', '-shm']) rmSync(copy + suffix, { force: true })
+    },
+  }
+}
+
+type WrkResult = {
+  requests: number; duration_us: number; bad: number; bad_example: string; non2xx: number; socket_errors: number
+  p50_us: number; p90_us: number; p99_us: number; max_us: number
+}
+
+// wrk on the load core; its own CPU is sampled so a run it could not saturate is called out.
+async function wrk(url: string, kind: Endpoint, seconds: number, tokens: string) {
+  const child = spawn('taskset', ['-c', LOAD_CORE, 'wrk', '-t1', '-c64', `-d${seconds}s`, '-s', join(ROOT, 'bench', 'wrk.lua'), url, '--', kind, tokens], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  let output = ''
+  child.stdout.on('data', (chunk) => (output += chunk))
+  const samples: [number, number][] = []
+  const sampler = setInterval(() => {
+    try {
+      samples.push([performance.now(), cpuTicks(child.pid!)])
+    } catch {}
+  }, 250)
+  const [code] = await once(child, 'exit')
+  clearInterval(sampler)
+  if (code !== 0) throw new Error(`wrk exited with ${code}: ${output}`)
+  const result = JSON.parse(output.trim().split('\n').at(-1)!) as WrkResult
+  const [first, last] = [samples[0], samples.at(-1)]
+  const loadCpu = first && last && last[0] > first[0] ? ((last[1] - first[1]) * TICK_US) / ((last[0] - first[0]) * 1000) : 0
+  return { ...result, loadCpu }
+}
+
+type Saturation = {
+  endpoint: Endpoint; variant: string; rps: number; p50_ms: number; p99_ms: number; errors: number; error_example: string
+  cpu_us: number; server_cpu: number; load_cpu: number; peak_rss_mb: number
+}
+
+async function saturate(variant: Variant | 'ceiling', endpoint: Endpoint, seed: { db: string; tokens: string }, cgroup?: string): Promise<Saturation> {
+  const server = await startServer(variant, seed.db, cgroup)
+  try {
+    await wrk(server.url, endpoint, WARMUP_S, seed.tokens)
+    const ticks = cpuTicks(server.pid)
+    const started = performance.now()
+    const result = await wrk(server.url, endpoint, MEASURE_S, seed.tokens)
+    const wall = performance.now() - started
+    const cpuUs = (cpuTicks(server.pid) - ticks) * TICK_US
+    return {
+      endpoint,
+      variant: variant === 'ceiling' ? 'ceiling' : variant.name,
+      rps: result.requests / (result.duration_us / 1e6),
+      p50_ms: result.p50_us / 1000,
+      p99_ms: result.p99_us / 1000,
+      errors: result.bad + result.socket_errors,
+      error_example: result.bad_example,
+      cpu_us: cpuUs / result.requests,
+      server_cpu: cpuUs / (wall * 1000),
+      load_cpu: result.loadCpu,
+      peak_rss_mb: memoryKb(server.pid, 'VmHWM') / 1024,
+    }
+  } finally {
+    await server.stop()
+  }
+}
+
+type Hold = {
+  connections: number; rate: number; seconds: number; sent: number; answered: number; errors: number; error_example: string
+  connect_failed: number; p50_ms: number; p95_ms: number; p99_ms: number; max_ms: number
+  rss_base_mb: number; rss_idle_mb: number; rss_peak_mb: number; kb_per_idle_connection: number
+  cpu_us: number; generator_cpu: number; pass: boolean
+}
+
+// N users on N keep-alive connections sending the mix at N x 0.106 requests a second.
+async function holdUsers(variant: Variant, seed: { db: string; tokens: string }, cgroup?: string): Promise<Hold> {
+  const server = await startServer(variant, seed.db, cgroup)
+  try {
+    await wrk(server.url, 'mix', WARMUP_S, seed.tokens)
+    await new Promise((resolve) => setTimeout(resolve, 1000))
+    const rssBase = memoryKb(server.pid, 'VmRSS')
+    const rate = CONNECTIONS * USER_RATE
+    const generator = spawn('taskset', ['-c', LOAD_CORE, process.execPath, join(ROOT, 'bench', 'users.ts'),
+      '--url', server.url, '--connections', String(CONNECTIONS), '--rate', String(rate), '--idle', '5', '--hold', String(HOLD_S), '--tokens', seed.tokens,
+    ], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const events: Record<string, any>[] = []
+    let buffered = ''
+    const next = (name: string) => new Promise<Record<string, any>>((resolve, reject) => {
+      const check = () => {
+        const found = events.find((e) => e.event === name)
+        if (found) resolve(found)
+      }
+      generator.stdout.on('data', (chunk) => {
+        buffered += chunk
+        const lines = buffered.split('\n')
+        buffered = lines.pop()!
+        for (const line of lines) events.push(JSON.parse(line))
+        check()
+      })
+      generator.once('exit', (code) => (check(), reject(new Error(`the users generator exited with ${code}`))))
+    })
+    const connected = await next('connected')
+    log(`bench: ${connected.connections} connections open in ${connected.seconds.toFixed(1)} s; measuring idle memory`)
+    await new Promise((resolve) => setTimeout(resolve, 4000))
+    const rssIdle = memoryKb(server.pid, 'VmRSS')
+    let rssPeak = rssIdle
+    const sampler = setInterval(() => (rssPeak = Math.max(rssPeak, memoryKb(server.pid, 'VmRSS'))), 1000)
+    const ticks = cpuTicks(server.pid)
+    log(`bench: holding for ${HOLD_S} s at ${rate.toFixed(0)} requests/s`)
+    const done = await next('done')
+    clearInterval(sampler)
+    const cpuUs = (cpuTicks(server.pid) - ticks) * TICK_US
+    const errors = done.errors.status + done.errors.body + done.errors.closed + done.errors.connect + done.unanswered + connected.failed
+    const failedShare = errors / Math.max(1, done.sent)
+    return {
+      connections: connected.connections,
+      rate,
+      seconds: done.seconds,
+      sent: done.sent,
+      answered: done.answered,
+      errors,
+      error_example: done.errors.example,
+      connect_failed: connected.failed,
+      p50_ms: done.p50_ms,
+      p95_ms: done.p95_ms,
+      p99_ms: done.p99_ms,
+      max_ms: done.max_ms,
+      rss_base_mb: rssBase / 1024,
+      rss_idle_mb: rssIdle / 1024,
+      rss_peak_mb: rssPeak / 1024,
+      kb_per_idle_connection: (rssIdle - rssBase) / Math.max(1, connected.connections),
+      cpu_us: cpuUs / Math.max(1, done.answered),
+      generator_cpu: done.generator_cpu,
+      // The challenge's pass line for a level.
+      pass: done.p95_ms < 500 && done.p99_ms < 1000 && failedShare < 0.01 && connected.failed === 0,
+    }
+  } finally {
+    await server.stop()
+  }
+}
+
+// --- Reporting ------------------------------------------------------------------------------------
+
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]
+const fmt = (n: number, digits = 0) => n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
+
+function summarize(runs: Saturation[], endpoint: Endpoint, variant: string) {
+  const mine = runs.filter((r) => r.endpoint === endpoint && r.variant === variant)
+  if (mine.length === 0) return undefined
+  const pick = (key: keyof Saturation) => median(mine.map((r) => r[key] as number))
+  return {
+    endpoint, variant, rounds: mine.length,
+    rps: pick('rps'), p50_ms: pick('p50_ms'), p99_ms: pick('p99_ms'), cpu_us: pick('cpu_us'),
+    server_cpu: pick('server_cpu'), load_cpu: Math.max(...mine.map((r) => r.load_cpu)), peak_rss_mb: pick('peak_rss_mb'),
+    errors: mine.reduce((sum, r) => sum + r.errors, 0), error_example: mine.find((r) => r.errors)?.error_example ?? '',
+  }
+}
+type Summary = NonNullable<ReturnType<typeof summarize>>
+
+function printTable(rows: Summary[], c0: number) {
+  const header = ['endpoint', 'variant', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'CPU us/req', 'x c0', 'server CPU', 'load CPU', 'peak RSS MB']
+  const lines = rows.map((r) => [
+    LABEL[r.endpoint], r.variant, fmt(r.rps), fmt(r.p50_ms, 2), fmt(r.p99_ms, 2), r.errors ? red(String(r.errors)) : '0',
+    fmt(r.cpu_us, 1), fmt(r.cpu_us / c0, 2), `${fmt(r.server_cpu * 100)}%`, r.load_cpu > 0.95 ? yellow(`${fmt(r.load_cpu * 100)}%`) : `${fmt(r.load_cpu * 100)}%`,
+    fmt(r.peak_rss_mb),
+  ])
+  const visible = (s: string) => s.replace(/\x1b\[\d+m/g, '').length
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => visible(l[i]))))
+  const row = (cells: string[]) => cells.map((c, i) => (i < 2 ? c + ' '.repeat(widths[i] - visible(c)) : ' '.repeat(widths[i] - visible(c)) + c)).join('  ')
+  console.log(row(header))
+  for (const l of lines) console.log(row(l))
+}
+
+function recordInBenchmarks(result: Record<string, any>, rows: Summary[], hold: Hold | undefined, c0: number) {
+  const file = join(ROOT, 'BENCHMARKS.md')
+  const text = readFileSync(file, 'utf8')
+  const marker = '<!-- bench:rows -->'
+  if (!text.includes(marker)) throw new Error(`BENCHMARKS.md has no ${marker} line to record before`)
+  const ratio = (e: Endpoint) => {
+    const r = rows.find((x) => x.endpoint === e && x.variant === 'ours')
+    return r ? fmt(r.cpu_us / c0, 2) : '-'
+  }
+  const mix = rows.find((x) => x.endpoint === 'mix' && x.variant === 'ours')
+  const holdCell = hold
+    ? `${fmt(hold.connections)} conns at ${fmt(hold.rate)}/s, ${fmt(hold.seconds)} s: p99 ${fmt(hold.p99_ms, 1)} ms, ${hold.errors} errors, ${fmt(hold.kb_per_idle_connection, 1)} KB/conn, ${fmt(hold.rss_peak_mb)} MB ${hold.pass ? 'PASS' : 'FAIL'}`
+    : '-'
+  const cells = [
+    result.date.slice(0, 10), `\`${result.commit}\``, fmt(c0, 1), ratio('feed'), ratio('post'), ratio('like'), ratio('create'), ratio('mix'),
+    mix ? fmt(mix.rps) : '-', holdCell, result.users_estimate ? fmt(result.users_estimate) : '-',
+  ]
+  writeFileSync(file, text.replace(marker, `| ${cells.join(' | ')} |\n${marker}`))
+  writeFileSync(join(ROOT, 'bench', 'chart.svg'), renderChart(rows.filter((r) => r.variant === 'ours'), c0, `${result.date.slice(0, 10)}, ${result.commit}`))
+  log('bench: recorded a row in BENCHMARKS.md and redrew bench/chart.svg')
+}
+
+// --- Main -----------------------------------------------------------------------------------------
+
+async function main() {
+  ensureTools()
+  execFileSync(process.execPath, ['build.mjs'], { cwd: ROOT, stdio: 'ignore' })
+  mkdirSync(CACHE, { recursive: true })
+  mkdirSync(RESULTS, { recursive: true })
+  const seed = seededDatabase()
+  const cgroup = memoryCgroup()
+  const ours: Variant = { name: 'ours', app: join(ROOT, 'dist', 'app.js'), flags: args.flags.split(' ').filter(Boolean), commit: commitOf(ROOT) }
+  const variants = [ours]
+  if (args.against || args['against-flags'] !== undefined) {
+    const app = args.against ? buildAgainst(args.against) : ours.app
+    const commit = args.against ? sh('git', ['rev-parse', '--short', args.against]) : ours.commit
+    variants.push({ name: args.against ? `against ${args.against}` : 'against', app, flags: (args['against-flags'] ?? '').split(' ').filter(Boolean), commit })
+  }
+  const sqlite = sh(process.execPath, ['--input-type=module', '-e', "import { DatabaseSync } from 'node:sqlite'; console.log(new DatabaseSync(':memory:').prepare('SELECT sqlite_version() AS v').get().v)"])
+  console.log(`bench ${new Date().toISOString()}: commit ${ours.commit}, Node ${process.version}, SQLite ${sqlite}, ${cpus()[0].model} x${cpus().length}`)
+  console.log(`server on core ${SERVER_CORE} (taskset), ${cgroup.note}; load on core ${LOAD_CORE}; wrk -t1 -c64, ${WARMUP_S} s warm-up, ${MEASURE_S} s measured, ${ROUNDS} round(s)`)
+  for (const v of variants) if (v.flags.length) console.log(`${v.name}: node ${v.flags.join(' ')}`)
+
+  const runs: Saturation[] = []
+  try {
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const endpoint of only) {
+        // Alternate the variants, and their order each round, so drift hits both alike.
+        const order = endpoint === 'ceiling' ? ['ceiling' as const] : round % 2 ? [...variants].reverse() : variants
+        for (const variant of order) {
+          log(`bench: round ${round + 1}/${ROUNDS} ${LABEL[endpoint]}${variant === 'ceiling' ? '' : ` (${variant.name})`}`)
+          runs.push(await saturate(variant, endpoint, seed, cgroup.dir))
+        }
+      }
+    }
+    const rows = only.flatMap((e) => (e === 'ceiling' ? ['ceiling'] : variants.map((v) => v.name)).map((v) => summarize(runs, e, v)).filter((r): r is Summary => !!r))
+    const c0 = rows.find((r) => r.endpoint === 'ceiling')!.cpu_us
+
+    const runHold = !args.against && args['against-flags'] === undefined && (!args.only || args.hold !== undefined)
+    const hold = runHold ? await holdUsers(ours, seed, cgroup.dir) : undefined
+
+    console.log('')
+    printTable(rows, c0)
+    if (variants.length > 1) {
+      console.log('')
+      for (const e of only.filter((x) => x !== 'ceiling')) {
+        const [a, b] = variants.map((v) => rows.find((r) => r.endpoint === e && r.variant === v.name)!)
+        console.log(`${LABEL[e].padEnd(22)} CPU/req ${variants[1].name} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   req/s ${fmt(b.rps / a.rps, 3)}`)
+      }
+    }
+    const mix = rows.find((r) => r.endpoint === 'mix' && r.variant === 'ours')
+    const usersEstimate = mix ? (0.8 * mix.rps) / USER_RATE : undefined
+    if (hold) {
+      console.log('')
+      const verdict = hold.pass ? green('PASS') : red('FAIL')
+      console.log(`users hold: ${fmt(hold.connections)} keep-alive connections, mix at ${fmt(hold.rate)} req/s for ${fmt(hold.seconds)} s: ` +
+        `p50 ${fmt(hold.p50_ms, 1)} ms, p95 ${fmt(hold.p95_ms, 1)} ms, p99 ${fmt(hold.p99_ms, 1)} ms, max ${fmt(hold.max_ms)} ms, ` +
+        `${hold.errors ? red(`${hold.errors} errors`) : '0 errors'} of ${fmt(hold.sent)} -> ${verdict} (p95 < 500 ms, p99 < 1 s, < 1% errors)`)
+      console.log(`            RSS ${fmt(hold.rss_base_mb)} MB before, ${fmt(hold.rss_idle_mb)} MB with the connections idle ` +
+        `(${fmt(hold.kb_per_idle_connection, 1)} KB each), ${fmt(hold.rss_peak_mb)} MB at peak; ${fmt(hold.cpu_us, 1)} us CPU per request`)
+      if (hold.generator_cpu > 0.9) console.log(yellow(`            the users generator used ${fmt(hold.generator_cpu * 100)}% of its core: its timing may be the limit`))
+    }
+    if (usersEstimate) console.log(`\nestimate, not a measurement: users ~ 0.8 x ${fmt(mix!.rps)} mix req/s / 0.106 = ${fmt(usersEstimate)} on one core of this machine`)
+
+    const result = {
+      date: new Date().toISOString(), commit: ours.commit, node: process.version, sqlite,
+      machine: { cpu: cpus()[0].model, cores: cpus().length, kernel: release(), memory_gb: Math.round(totalmem() / 1024 ** 3) },
+      settings: { quick: QUICK, warmup_s: WARMUP_S, measure_s: MEASURE_S, rounds: ROUNDS, connections: CONNECTIONS, hold_s: HOLD_S, cgroup: cgroup.note, variants },
+      c0_us: c0, saturation: rows, runs, hold, users_estimate: usersEstimate,
+    }
+    const file = join(RESULTS, `${result.date.replace(/[:.]/g, '-')}-${ours.commit}.json`)
+    writeFileSync(file, JSON.stringify(result, null, 2))
+    console.log(`\nresults: ${file}`)
+    if (args.record) recordInBenchmarks(result, rows, hold, c0)
+
+    // Honest results: errors, an unsaturated server or a saturated load tool are said plainly.
+    let failed = false
+    for (const r of rows) {
+      if (r.errors) (failed = true), console.log(red(`${LABEL[r.endpoint]} (${r.variant}): ${r.errors} bad responses, e.g. ${r.error_example}`))
+      if (r.load_cpu > 0.95) console.log(yellow(`${LABEL[r.endpoint]} (${r.variant}): wrk's core was at ${fmt(r.load_cpu * 100)}%: the load tool may have been the bottleneck`))
+      else if (r.server_cpu < 0.9) console.log(yellow(`${LABEL[r.endpoint]} (${r.variant}): the server's core was at ${fmt(r.server_cpu * 100)}%: not saturated`))
+    }
+    if (hold?.errors) (failed = true), console.log(red(`users hold: ${hold.errors} errors, e.g. ${hold.error_example}`))
+    if (hold && !hold.pass) failed = true
+    process.exitCode = failed ? 1 : 0
+  } finally {
+    if (cgroup.dir) rmdirSync(cgroup.dir)
+  }
+}
+
+await main()
