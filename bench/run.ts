@@ -247,9 +247,8 @@ async function holdUsers(variant: Variant, seed: { db: string; tokens: string },
     await wrk(server.url, 'mix', WARMUP_S, seed.tokens)
     await new Promise((resolve) => setTimeout(resolve, 1000))
     const rssBase = memoryKb(server.pid, 'VmRSS')
-    const rate = CONNECTIONS * USER_RATE
     const generator = spawn('taskset', ['-c', LOAD_CORE, process.execPath, join(ROOT, 'bench', 'users.ts'),
-      '--url', server.url, '--connections', String(CONNECTIONS), '--rate', String(rate), '--idle', '5', '--hold', String(HOLD_S), '--tokens', seed.tokens,
+      '--url', server.url, '--connections', String(CONNECTIONS), '--idle', '5', '--hold', String(HOLD_S), '--tokens', seed.tokens,
     ], { stdio: ['ignore', 'pipe', 'inherit'] })
     const events: Record<string, any>[] = []
     let buffered = ''
@@ -274,7 +273,7 @@ async function holdUsers(variant: Variant, seed: { db: string; tokens: string },
     let rssPeak = rssIdle
     const sampler = setInterval(() => (rssPeak = Math.max(rssPeak, memoryKb(server.pid, 'VmRSS'))), 1000)
     const ticks = cpuTicks(server.pid)
-    log(`bench: holding for ${HOLD_S} s at ${rate.toFixed(0)} requests/s`)
+    log(`bench: holding for ${HOLD_S} s, the k6 loop on every connection (about ${fmt(CONNECTIONS * USER_RATE)} requests/s)`)
     const done = await next('done')
     clearInterval(sampler)
     const cpuUs = (cpuTicks(server.pid) - ticks) * TICK_US
@@ -282,7 +281,7 @@ async function holdUsers(variant: Variant, seed: { db: string; tokens: string },
     const failedShare = errors / Math.max(1, done.sent)
     return {
       connections: connected.connections,
-      rate,
+      rate: done.rate,
       seconds: done.seconds,
       sent: done.sent,
       answered: done.answered,

@@ -29,7 +29,7 @@ function wrk(url: string, kind: string) {
 }
 
 function users(url: string) {
-  const out = execFileSync(process.execPath, [join(ROOT, 'bench', 'users.ts'), '--url', url, '--connections', '50', '--rate', '200', '--idle', '0', '--hold', '2', '--tokens', tokens], { encoding: 'utf8' })
+  const out = execFileSync(process.execPath, [join(ROOT, 'bench', 'users.ts'), '--url', url, '--connections', '50', '--think-scale', '0.01', '--idle', '0', '--hold', '2', '--tokens', tokens], { encoding: 'utf8' })
   return JSON.parse(out.trim().split('\n').at(-1)!)
 }
 
@@ -51,10 +51,11 @@ describe('bench/wrk.lua', { skip: !hasWrk && 'wrk is not installed (.ci/run inst
 })
 
 describe('bench/users.ts', () => {
-  test('sends the mix over keep-alive connections and checks every answer', () => {
+  test('runs the k6 loop on every keep-alive connection and checks every answer', () => {
     const result = users(app.url)
     assert.equal(result.connections, 50)
     assert.ok(result.answered > 300, `answered ${result.answered}`)
+    assert.equal(result.answered, result.sent)
     assert.deepEqual({ ...result.errors, example: '' }, { status: 0, body: 0, closed: 0, connect: 0, example: '' })
     assert.equal(result.unanswered, 0)
   })
