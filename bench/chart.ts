@@ -18,13 +18,13 @@ export function renderChart(rows: Row[], c0: number, caption: string): string {
   const rowHeight = 34
   const top = 70
   const labelWidth = 170
-  const panelWidth = 270
-  const gap = 60
-  const width = labelWidth + 2 * panelWidth + gap + 40
+  const panelWidth = 230 // the longest bar; its value is written after it
+  const valueWidth = 140
+  const width = labelWidth + 2 * (panelWidth + valueWidth) + 20
   const height = top + rows.length * rowHeight + 40
   const maxCpu = Math.max(...rows.map((r) => r.cpu_us)) * 1.15
   const maxLatency = Math.max(...rows.map((r) => r.p99_ms)) * 1.15
-  const x2 = labelWidth + panelWidth + gap
+  const x2 = labelWidth + panelWidth + valueWidth + 20
   const parts: string[] = []
   const text = (x: number, y: number, content: string, attrs = '') => parts.push(`<text x="${x}" y="${y}" ${attrs}>${escape(content)}</text>`)
 
