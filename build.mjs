@@ -1,12 +1,19 @@
 // Bundles app.ts, seed.ts and start.ts into dist/, one file each, that run on Node 24 with nothing beside them.
+//
+//   node build.mjs [--outdir dist] [--sourcemap]     (the profiler builds a source-mapped copy elsewhere)
 import { build } from 'esbuild'
 import { rmSync, statSync } from 'node:fs'
+import { join } from 'node:path'
+import { parseArgs } from 'node:util'
 
-const outputs = { 'dist/app.js': 'app.ts', 'dist/seed.js': 'seed.ts', 'dist/start.js': 'start.ts' }
-// dist/ holds exactly these files: the container copies the folder whole.
-rmSync('dist', { recursive: true, force: true })
+const { values: options } = parseArgs({ options: { outdir: { type: 'string', default: 'dist' }, sourcemap: { type: 'boolean', default: false } } })
+const entries = ['app.ts', 'seed.ts', 'start.ts']
 
-for (const [outfile, entry] of Object.entries(outputs)) {
+// The folder holds exactly these bundles: the container copies it whole.
+rmSync(options.outdir, { recursive: true, force: true })
+
+for (const entry of entries) {
+  const outfile = join(options.outdir, entry.replace(/\.ts$/, '.js'))
   await build({
     entryPoints: [entry],
     outfile,
@@ -15,6 +22,7 @@ for (const [outfile, entry] of Object.entries(outputs)) {
     target: 'node24',
     format: 'esm',
     // Not minified: the bundle is small either way, and stack traces keep their names.
+    sourcemap: options.sourcemap,
     legalComments: 'none',
     logLevel: 'warning',
   })

@@ -3,21 +3,14 @@
 //
 //   npm run bench [-- --quick] [--only feed,mix] [--hold 5m] [--connections 15000] [--record]
 //                    [--rounds 3] [--against <git ref>] [--flags "<node flags>"] [--against-flags "..."]
-import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { createHash } from 'node:crypto'
-import { once } from 'node:events'
-import { copyFileSync, existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
+import { execFileSync, spawn, spawnSync } from 'node:child_process'
+import { existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, release, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { renderChart } from './chart.ts'
+import { CACHE, cpuTicks, ensureTools, LOAD_CORE, log, memoryCgroup, memoryKb, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, startServer, TICK_US, wrk, type Seed } from './lib.ts'
 
-const ROOT = join(import.meta.dirname, '..')
-const CACHE = join(ROOT, 'bench', '.cache')
-const RESULTS = join(ROOT, 'bench', 'results')
-const SERVER_CORE = '1'
-const LOAD_CORE = '0'
-const MEMORY_LIMIT = 2 * 1024 ** 3 // the challenge box's RAM
 const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
 
 const { values: args } = parseArgs({
@@ -64,20 +57,6 @@ function parseDuration(text: string): number {
   return Number(match[1]) * (match[2] === 'm' ? 60 : 1)
 }
 
-const sh = (cmd: string, argv: string[], cwd = ROOT) => execFileSync(cmd, argv, { cwd, encoding: 'utf8' }).trim()
-const log = (line: string) => console.error(line)
-
-// --- Setup ----------------------------------------------------------------------------------------
-
-function ensureTools() {
-  const missing = ['wrk', 'taskset'].filter((tool) => spawnSync('which', [tool]).status !== 0)
-  if (missing.length === 0) return
-  log(`bench: installing ${missing.join(', ')} (apt-get)`)
-  const pkgs = missing.map((tool) => (tool === 'taskset' ? 'util-linux' : tool))
-  const install = spawnSync('apt-get', ['install', '-y', '--no-install-recommends', ...pkgs], { stdio: 'inherit' })
-  if (install.status !== 0) throw new Error(`bench needs ${missing.join(', ')}: apt-get install ${pkgs.join(' ')}`)
-}
-
 type Variant = { name: string; app: string; flags: string[]; commit: string }
 
 function commitOf(dir: string) {
@@ -100,121 +79,23 @@ function buildAgainst(ref: string): string {
   return join(dir, 'dist', 'app.js')
 }
 
-// One seeded database per version of the seed, kept in bench/.cache; every server gets a copy of it.
-function seededDatabase() {
-  const hash = createHash('sha256').update(readFileSync(join(ROOT, 'seed.ts'))).update(readFileSync(join(ROOT, 'schema.sql'))).digest('hex').slice(0, 12)
-  const db = join(CACHE, `seed-${hash}`, 'feed.db')
-  const tokens = join(CACHE, `seed-${hash}`, 'tokens.txt')
-  if (!existsSync(db)) {
-    log('bench: seeding the challenge database once for this version of the seed (about 20 s)')
-    execFileSync(process.execPath, [join(ROOT, 'dist', 'seed.js'), '--force', db], { stdio: ['ignore', 'ignore', 'inherit'] })
-    const list = JSON.parse(readFileSync(join(CACHE, `seed-${hash}`, 'tokens.json'), 'utf8')) as { token: string }[]
-    writeFileSync(tokens, list.map((t) => t.token).join('\n') + '\n')
-  }
-  return { db, tokens }
-}
-
-// A 2 GB memory cgroup (v1) for the server, where the machine lets us make one.
-function memoryCgroup(): { dir?: string; note: string } {
-  const dir = `/sys/fs/cgroup/memory/feed-bench-${process.pid}`
-  try {
-    mkdirSync(dir)
-    writeFileSync(join(dir, 'memory.limit_in_bytes'), String(MEMORY_LIMIT))
-    return { dir, note: 'memory cgroup of 2 GB' }
-  } catch (err) {
-    return { note: `no memory cgroup (${(err as Error).message.split(':')[0]}): memory not limited` }
-  }
-}
-
-// --- Measuring ------------------------------------------------------------------------------------
-
-const TICK_US = 1e6 / Number(sh('getconf', ['CLK_TCK']))
-
-function cpuTicks(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
-  return Number(fields[11]) + Number(fields[12]) // utime + stime, all threads
-}
-
-function memoryKb(pid: number, field: 'VmHWM' | 'VmRSS'): number {
-  return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1])
-}
-
-type Server = { child: ChildProcess; pid: number; url: string; stop: () => Promise<void> }
-
-async function startServer(variant: Variant | 'ceiling', db: string, cgroup?: string): Promise<Server> {
-  const [script, flags] = variant === 'ceiling' ? [join(ROOT, 'bench', 'ceiling.ts'), []] : [variant.app, variant.flags]
-  const workdir = join(CACHE, 'run')
-  mkdirSync(workdir, { recursive: true })
-  const copy = join(workdir, 'feed.db')
-  for (const suffix of ['', '-wal', '-shm']) rmSync(copy + suffix, { force: true })
-  if (variant !== 'ceiling') copyFileSync(db, copy)
-  const child = spawn('taskset', ['-c', SERVER_CORE, process.execPath, ...flags, script], {
-    env: { PATH: process.env.PATH, SQLITE_PATH: copy, HOST: '127.0.0.1', PORT: '0' },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  })
-  if (cgroup) writeFileSync(join(cgroup, 'cgroup.procs'), String(child.pid))
-  let output = ''
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stdout!.on('data', (chunk) => {
-      output += chunk
-      const match = /listening on (http:\/\/\S+)/.exec(output)
-      if (match) resolve(match[1].replace('0.0.0.0', '127.0.0.1'))
-    })
-    child.once('exit', (code) => reject(new Error(`server exited with ${code}: ${output}`)))
-  })
-  return {
-    child,
-    pid: child.pid!,
-    url,
-    stop: async () => {
-      child.kill('SIGTERM')
-      if (child.exitCode === null) await once(child, 'exit')
-      for (const suffix of ['', '-wal', '-shm']) rmSync(copy + suffix, { force: true })
-    },
-  }
-}
-
-type WrkResult = {
-  requests: number; duration_us: number; bad: number; bad_example: string; non2xx: number; socket_errors: number
-  p50_us: number; p90_us: number; p99_us: number; max_us: number
-}
-
-// wrk on the load core; its own CPU is sampled so a run it could not saturate is called out.
-async function wrk(url: string, kind: Endpoint, seconds: number, tokens: string) {
-  const child = spawn('taskset', ['-c', LOAD_CORE, 'wrk', '-t1', '-c64', `-d${seconds}s`, '-s', join(ROOT, 'bench', 'wrk.lua'), url, '--', kind, tokens], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  })
-  let output = ''
-  child.stdout.on('data', (chunk) => (output += chunk))
-  const samples: [number, number][] = []
-  const sampler = setInterval(() => {
-    try {
-      samples.push([performance.now(), cpuTicks(child.pid!)])
-    } catch {}
-  }, 250)
-  const [code] = await once(child, 'exit')
-  clearInterval(sampler)
-  if (code !== 0) throw new Error(`wrk exited with ${code}: ${output}`)
-  const result = JSON.parse(output.trim().split('\n').at(-1)!) as WrkResult
-  const [first, last] = [samples[0], samples.at(-1)]
-  const loadCpu = first && last && last[0] > first[0] ? ((last[1] - first[1]) * TICK_US) / ((last[0] - first[0]) * 1000) : 0
-  return { ...result, loadCpu }
-}
-
 type Saturation = {
   endpoint: Endpoint; variant: string; rps: number; p50_ms: number; p99_ms: number; errors: number; error_example: string
   cpu_us: number; server_cpu: number; load_cpu: number; peak_rss_mb: number
 }
 
-async function saturate(variant: Variant | 'ceiling', endpoint: Endpoint, seed: { db: string; tokens: string }, cgroup?: string): Promise<Saturation> {
-  const server = await startServer(variant, seed.db, cgroup)
+const serve = (variant: Variant | 'ceiling', seed: Seed, cgroup?: string) =>
+  variant === 'ceiling' ? startServer(join(ROOT, 'bench', 'ceiling.ts'), { cgroup }) : startServer(variant.app, { flags: variant.flags, seed, cgroup })
+
+async function saturate(variant: Variant | 'ceiling', endpoint: Endpoint, seed: Seed, cgroup?: string): Promise<Saturation> {
+  const server = await serve(variant, seed, cgroup)
   try {
     await wrk(server.url, endpoint, WARMUP_S, seed.tokens)
-    const ticks = cpuTicks(server.pid)
+    const ticks = cpuTicks(server.pid).total
     const started = performance.now()
     const result = await wrk(server.url, endpoint, MEASURE_S, seed.tokens)
     const wall = performance.now() - started
-    const cpuUs = (cpuTicks(server.pid) - ticks) * TICK_US
+    const cpuUs = (cpuTicks(server.pid).total - ticks) * TICK_US
     return {
       endpoint,
       variant: variant === 'ceiling' ? 'ceiling' : variant.name,
@@ -241,8 +122,8 @@ type Hold = {
 }
 
 // N users on N keep-alive connections sending the mix at N x 0.106 requests a second.
-async function holdUsers(variant: Variant, seed: { db: string; tokens: string }, cgroup?: string): Promise<Hold> {
-  const server = await startServer(variant, seed.db, cgroup)
+async function holdUsers(variant: Variant, seed: Seed, cgroup?: string): Promise<Hold> {
+  const server = await serve(variant, seed, cgroup)
   try {
     await wrk(server.url, 'mix', WARMUP_S, seed.tokens)
     await new Promise((resolve) => setTimeout(resolve, 1000))
@@ -272,11 +153,11 @@ async function holdUsers(variant: Variant, seed: { db: string; tokens: string },
     const rssIdle = memoryKb(server.pid, 'VmRSS')
     let rssPeak = rssIdle
     const sampler = setInterval(() => (rssPeak = Math.max(rssPeak, memoryKb(server.pid, 'VmRSS'))), 1000)
-    const ticks = cpuTicks(server.pid)
+    const ticks = cpuTicks(server.pid).total
     log(`bench: holding for ${HOLD_S} s, the k6 loop on every connection (about ${fmt(CONNECTIONS * USER_RATE)} requests/s)`)
     const done = await next('done')
     clearInterval(sampler)
-    const cpuUs = (cpuTicks(server.pid) - ticks) * TICK_US
+    const cpuUs = (cpuTicks(server.pid).total - ticks) * TICK_US
     const errors = done.errors.status + done.errors.body + done.errors.closed + done.errors.connect + done.unanswered + connected.failed
     const failedShare = errors / Math.max(1, done.sent)
     return {

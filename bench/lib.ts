@@ -1,0 +1,139 @@
+// What the benchmark and the profiler share: the seeded database, the pinned server, wrk, /proc.
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process'
+import { createHash } from 'node:crypto'
+import { once } from 'node:events'
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+
+export const ROOT = join(import.meta.dirname, '..')
+export const CACHE = join(ROOT, 'bench', '.cache')
+export const RESULTS = join(ROOT, 'bench', 'results')
+export const SERVER_CORE = '1'
+export const LOAD_CORE = '0'
+const MEMORY_LIMIT = 2 * 1024 ** 3 // the challenge box's RAM
+
+export const sh = (cmd: string, argv: string[], cwd = ROOT) => execFileSync(cmd, argv, { cwd, encoding: 'utf8' }).trim()
+export const log = (line: string) => console.error(line)
+
+
+export function ensureTools() {
+  const missing = ['wrk', 'taskset'].filter((tool) => spawnSync('which', [tool]).status !== 0)
+  if (missing.length === 0) return
+  log(`bench: installing ${missing.join(', ')} (apt-get)`)
+  const pkgs = missing.map((tool) => (tool === 'taskset' ? 'util-linux' : tool))
+  const install = spawnSync('apt-get', ['install', '-y', '--no-install-recommends', ...pkgs], { stdio: 'inherit' })
+  if (install.status !== 0) throw new Error(`bench needs ${missing.join(', ')}: apt-get install ${pkgs.join(' ')}`)
+}
+
+export type Seed = { db: string; tokens: string }
+
+// One seeded database per version of the seed, kept in bench/.cache; every server gets a copy of it.
+export function seededDatabase(): Seed {
+  const hash = createHash('sha256').update(readFileSync(join(ROOT, 'seed.ts'))).update(readFileSync(join(ROOT, 'schema.sql'))).digest('hex').slice(0, 12)
+  const db = join(CACHE, `seed-${hash}`, 'feed.db')
+  const tokens = join(CACHE, `seed-${hash}`, 'tokens.txt')
+  if (!existsSync(db)) {
+    log('bench: seeding the challenge database once for this version of the seed (about 20 s)')
+    execFileSync(process.execPath, [join(ROOT, 'dist', 'seed.js'), '--force', db], { stdio: ['ignore', 'ignore', 'inherit'] })
+    const list = JSON.parse(readFileSync(join(CACHE, `seed-${hash}`, 'tokens.json'), 'utf8')) as { token: string }[]
+    writeFileSync(tokens, list.map((t) => t.token).join('\n') + '\n')
+  }
+  return { db, tokens }
+}
+
+// A 2 GB memory cgroup (v1) for the server, where the machine lets us make one.
+export function memoryCgroup(): { dir?: string; note: string } {
+  const dir = `/sys/fs/cgroup/memory/feed-bench-${process.pid}`
+  try {
+    mkdirSync(dir)
+    writeFileSync(join(dir, 'memory.limit_in_bytes'), String(MEMORY_LIMIT))
+    return { dir, note: 'memory cgroup of 2 GB' }
+  } catch (err) {
+    return { note: `no memory cgroup (${(err as Error).message.split(':')[0]}): memory not limited` }
+  }
+}
+
+export const TICK_US = 1e6 / Number(sh('getconf', ['CLK_TCK']))
+
+// utime + stime of a process, all its threads, in clock ticks.
+export function cpuTicks(pid: number): { user: number; system: number; total: number } {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
+  const user = Number(fields[11])
+  const system = Number(fields[12])
+  return { user, system, total: user + system }
+}
+
+export function memoryKb(pid: number, field: 'VmHWM' | 'VmRSS'): number {
+  return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1])
+}
+
+export type Server = { child: ChildProcess; pid: number; url: string; stderr: () => string; stop: () => Promise<void> }
+
+// A server on the server core, on a fresh copy of the seed when given one, in the cgroup when given one.
+export async function startServer(script: string, { flags = [], seed, cgroup }: { flags?: string[]; seed?: Seed; cgroup?: string }): Promise<Server> {
+  const workdir = join(CACHE, `run-${process.pid}`)
+  mkdirSync(workdir, { recursive: true })
+  const copy = join(workdir, 'feed.db')
+  const clean = () => {
+    for (const suffix of ['', '-wal', '-shm']) rmSync(copy + suffix, { force: true })
+  }
+  clean()
+  if (seed) copyFileSync(seed.db, copy)
+  const child = spawn('taskset', ['-c', SERVER_CORE, process.execPath, ...flags, script], {
+    env: { PATH: process.env.PATH, SQLITE_PATH: copy, HOST: '127.0.0.1', PORT: '0' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  if (cgroup) writeFileSync(join(cgroup, 'cgroup.procs'), String(child.pid))
+  let output = ''
+  let stderr = ''
+  child.stderr!.on('data', (chunk) => {
+    stderr += chunk
+    if (!/Debugger|inspector|For help, see/.test(String(chunk))) process.stderr.write(chunk)
+  })
+  const url = await new Promise<string>((resolve, reject) => {
+    child.stdout!.on('data', (chunk) => {
+      output += chunk
+      const match = /listening on (http:\/\/\S+)/.exec(output)
+      if (match) resolve(match[1].replace('0.0.0.0', '127.0.0.1'))
+    })
+    child.once('exit', (code) => reject(new Error(`server exited with ${code}: ${output}${stderr}`)))
+  })
+  return {
+    child,
+    pid: child.pid!,
+    url,
+    stderr: () => stderr,
+    stop: async () => {
+      child.kill('SIGTERM')
+      if (child.exitCode === null) await once(child, 'exit')
+      clean()
+    },
+  }
+}
+
+export type WrkResult = {
+  requests: number; duration_us: number; bad: number; bad_example: string; non2xx: number; socket_errors: number
+  p50_us: number; p90_us: number; p99_us: number; max_us: number; loadCpu: number
+}
+
+// wrk on the load core; its own CPU is sampled so a run it could not saturate is called out.
+export async function wrk(url: string, kind: string, seconds: number, tokens: string): Promise<WrkResult> {
+  const child = spawn('taskset', ['-c', LOAD_CORE, 'wrk', '-t1', '-c64', `-d${seconds}s`, '-s', join(ROOT, 'bench', 'wrk.lua'), url, '--', kind, tokens], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  let output = ''
+  child.stdout.on('data', (chunk) => (output += chunk))
+  const samples: [number, number][] = []
+  const sampler = setInterval(() => {
+    try {
+      samples.push([performance.now(), cpuTicks(child.pid!).total])
+    } catch {}
+  }, 250)
+  const [code] = await once(child, 'exit')
+  clearInterval(sampler)
+  if (code !== 0) throw new Error(`wrk exited with ${code}: ${output}`)
+  const result = JSON.parse(output.trim().split('\n').at(-1)!)
+  const [first, last] = [samples[0], samples.at(-1)]
+  const loadCpu = first && last && last[0] > first[0] ? ((last[1] - first[1]) * TICK_US) / ((last[0] - first[0]) * 1000) : 0
+  return { ...result, loadCpu }
+}
