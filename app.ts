@@ -65,6 +65,10 @@ const insertLike = db.prepare(`
 
 const selectPostExists = db.prepare('SELECT 1 FROM posts WHERE id = ?')
 
+const begin = db.prepare('BEGIN IMMEDIATE')
+const commit = db.prepare('COMMIT')
+const rollback = db.prepare('ROLLBACK')
+
 // The key is imported once; every request still verifies its token.
 const jwtKey = await crypto.subtle.importKey(
   'raw', new TextEncoder().encode(JWT_SECRET), { name: 'HMAC', hash: 'SHA-256' }, false, ['verify'],
@@ -115,7 +119,7 @@ app.post(
   async (c) => {
     const user = await authenticate(c)
     const body = await readPostBody(c)
-    const [{ json }] = rejectUnknownUser(() => insertPost.all({ userId: user.id, body, author: user.username })) as JsonRow[]
+    const [{ json }] = (await rejectUnknownUser(inTransaction(() => insertPost.all({ userId: user.id, body, author: user.username })))) as JsonRow[]
     return c.body(json, 201, JSON_TYPE)
   },
 )
@@ -123,7 +127,7 @@ app.post(
 app.post('/posts/:id/like', async (c) => {
   const user = await authenticate(c)
   const postId = parsePostId(c.req.param('id'))
-  const { changes } = rejectUnknownUser(() => insertLike.run(user.id, postId))
+  const { changes } = await rejectUnknownUser(inTransaction(() => insertLike.run(user.id, postId)))
   if (changes === 0 && !selectPostExists.get(postId)) throw httpError(404, 'post not found')
   return c.json({ liked: true, already_liked: changes === 0, post_id: postId }, changes ? 201 : 200)
 })
@@ -172,10 +176,44 @@ async function authenticate(c: Context): Promise<User> {
   return { id: Number(sub), username }
 }
 
-// A signed token whose user id has no row cannot write: the foreign key refuses it.
-function rejectUnknownUser<T>(write: () => T): T {
+// Group commit: the writes that arrive in one event-loop turn share one transaction, and each
+// request's promise settles only after that transaction has committed (a 201 means committed).
+type PendingWrite = { write: () => unknown; resolve: (value: any) => void; reject: (error: unknown) => void }
+let pendingWrites: PendingWrite[] = []
+
+function inTransaction<T>(write: () => T): Promise<T> {
+  return new Promise((resolve, reject) => {
+    if (pendingWrites.push({ write, resolve, reject }) === 1) setImmediate(commitPendingWrites)
+  })
+}
+
+function commitPendingWrites() {
+  const batch = pendingWrites
+  pendingWrites = []
+  const outcomes: { ok: boolean; value: unknown }[] = []
   try {
-    return write()
+    begin.run()
+    // A statement that fails is undone on its own; the others still commit.
+    for (const { write } of batch) {
+      try {
+        outcomes.push({ ok: true, value: write() })
+      } catch (error) {
+        outcomes.push({ ok: false, value: error })
+      }
+    }
+    commit.run()
+  } catch (error) {
+    if (db.isTransaction) rollback.run()
+    for (const { reject } of batch) reject(error)
+    return
+  }
+  batch.forEach(({ resolve, reject }, i) => (outcomes[i].ok ? resolve : reject)(outcomes[i].value))
+}
+
+// A signed token whose user id has no row cannot write: the foreign key refuses it.
+async function rejectUnknownUser<T>(write: Promise<T>): Promise<T> {
+  try {
+    return await write
   } catch (err) {
     if ((err as { errcode?: number }).errcode === SQLITE_CONSTRAINT_FOREIGNKEY) throw httpError(401, 'invalid token payload')
     throw err

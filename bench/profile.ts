@@ -1,6 +1,6 @@
 // npm run profile -- <endpoint>: where a request's CPU goes, as a tree of shares.
 //
-//   npm run profile -- post [--seconds 10] [--flags "<node flags>"] [--top 6]
+//   npm run profile -- post [--seconds 10] [--flags=<node flags>] [--top 6]
 //
 // Builds a source-mapped copy of the bundle (build.mjs --sourcemap), starts it on the server core with
 // the inspector on, loads it with wrk, and records a CPU profile of the measured window only (the

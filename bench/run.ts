@@ -2,7 +2,7 @@
 // measured in the same run. See bench/README.md for how to read it.
 //
 //   npm run bench [-- --quick] [--only feed,mix] [--hold 5m] [--connections 15000] [--record]
-//                    [--rounds 3] [--against <git ref>] [--flags "<node flags>"] [--against-flags "..."]
+//                    [--rounds 3] [--against <git ref>] [--flags=<node flags>] [--against-flags=<node flags>]
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, release, totalmem } from 'node:os'

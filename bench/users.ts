@@ -7,7 +7,7 @@
 // connections at all; none holds 15,000 connections that each send one request every 9 s or so.
 //
 //   node bench/users.ts --url http://127.0.0.1:3000 --connections 15000 --idle 5 --hold 60 \
-//     --tokens tokens.txt [--posts 500000] [--local-address 127.0.0.2] [--think-scale 1]
+//     --tokens tokens.txt [--posts 500000] [--local-address 127.0.0.2] [--think-scale 1] [--ramp 0]
 //
 // Each user connects and asks for the feed, as a k6 user does on arrival; then all are idle for --idle
 // seconds (for the caller to measure the server's memory per idle connection); then the loops run for
@@ -27,6 +27,7 @@ const { values: opts } = parseArgs({
     tokens: { type: 'string' },
     posts: { type: 'string', default: '500000' },
     'think-scale': { type: 'string', default: '1' },
+    ramp: { type: 'string', default: '0' },
     'local-address': { type: 'string' },
   },
 })
@@ -36,6 +37,7 @@ const TOKENS = readFileSync(opts.tokens!, 'utf8').trim().split('\n')
 const POSTS = Number(opts.posts)
 // Multiplies every think time: 1 is the challenge; the harness's own tests use less to finish quickly.
 const THINK_SCALE = Number(opts['think-scale'])
+const RAMP_S = Number(opts.ramp)
 
 type Kind = 'feed' | 'post' | 'like' | 'create'
 const EXPECT: Record<Kind, [number[], string]> = {
@@ -144,12 +146,14 @@ async function loop(u: User, end: number) {
 
 const users: User[] = []
 
-// Connects every user and has each ask for the feed once, in batches so the listen backlog holds.
+// Connects every user and has each ask for the feed once: evenly over --ramp seconds, as k6 ramps its
+// users up, or else in batches of 500 (the listen backlog holds that much).
 async function connectAll() {
   const started = performance.now()
   const arriving: Promise<void>[] = []
+  const batch = RAMP_S > 0 ? Math.max(1, Math.round(CONNECTIONS / (RAMP_S * 20))) : 500
   for (let i = 0; i < CONNECTIONS; i++) {
-    if (i % 500 === 0 && i > 0) await sleep(50)
+    if (i % batch === 0 && i > 0) await sleep(50)
     const socket = connect({ host: url.hostname, port: Number(url.port), localAddress: opts['local-address'], noDelay: true })
     const u: User = { socket, open: false, kind: 'feed', sentAt: 0, buffer: Buffer.alloc(0), postIds: [] }
     users.push(u)
