@@ -1,12 +1,15 @@
 // The $12 server challenge's feed API: Hono on node:sqlite, where SQLite writes the JSON.
-import { serve } from '@hono/node-server'
+import { createAdaptorServer } from '@hono/node-server'
 import { Hono, type Context, type Next } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
 import { HTTPException } from 'hono/http-exception'
 import { verify } from 'hono/jwt'
 import type { ContentfulStatusCode } from 'hono/utils/http-status'
+import cluster from 'node:cluster'
+import { once } from 'node:events'
 import { existsSync, mkdirSync } from 'node:fs'
 import type { Server } from 'node:http'
+import { createServer as createNetServer, type AddressInfo } from 'node:net'
 import { dirname } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import schema from './schema.sql' with { type: 'text' }
@@ -15,6 +18,8 @@ const SQLITE_PATH = process.env.SQLITE_PATH || 'data/feed.db'
 const JWT_SECRET = process.env.JWT_SECRET || 'twelve-dollar-challenge'
 const HOST = process.env.HOST || '0.0.0.0'
 const PORT = Number(process.env.PORT || 3000)
+// More than one only where one process may not hold every connection (its open-file limit).
+const WORKERS = Number(process.env.WORKERS || 1)
 const MAX_BODY_BYTES = 16 * 1024
 const MAX_BODY_CHARS = 500
 
@@ -248,19 +253,20 @@ async function readPostBody(c: Context): Promise<string> {
 
 // Serve until SIGTERM or SIGINT, then finish in-flight requests, close the database and exit 0.
 export function run() {
-  const server = serve(
-    {
-      fetch: app.fetch,
-      hostname: HOST,
-      port: PORT,
-      serverOptions: {
-        keepAliveTimeout: 65_000, // longer than any proxy's idle timeout, so it never reuses a closed socket
-        headersTimeout: 10_000,
-        requestTimeout: 30_000,
-      },
+  if (WORKERS > 1 && cluster.isPrimary) return runWorkers()
+  const server = createAdaptorServer({
+    fetch: app.fetch,
+    serverOptions: {
+      keepAliveTimeout: 65_000, // longer than any proxy's idle timeout, so it never reuses a closed socket
+      headersTimeout: 10_000,
+      requestTimeout: 30_000,
     },
-    (info) => console.log(`listening on http://${info.address}:${info.port}`),
-  ) as Server
+  }) as Server
+  // Workers each listen on a socket of their own, and the kernel spreads new connections over them.
+  server.listen({ host: HOST, port: PORT, reusePort: WORKERS > 1, exclusive: true }, () => {
+    const { address, port } = server.address() as AddressInfo
+    console.log(`listening on http://${address}:${port}`)
+  })
   const stop = () => {
     server.close(() => {
       db.close()
@@ -270,6 +276,38 @@ export function run() {
   }
   process.once('SIGTERM', stop)
   process.once('SIGINT', stop)
+}
+
+// WORKERS processes on one port, each with its own database connection; WAL and the busy timeout keep
+// their writes safe. A worker that dies is replaced; SIGTERM stops them all and exits 0 once they have.
+async function runWorkers() {
+  db.close()
+  // Port 0 would give every worker a different port: choose one for all of them.
+  const port = PORT || (await freePort())
+  let stopping = false
+  for (let i = 0; i < WORKERS; i++) cluster.fork({ PORT: String(port) })
+  cluster.on('exit', (worker, code, signal) => {
+    if (stopping) {
+      if (Object.keys(cluster.workers ?? {}).length === 0) process.exit(0)
+      return
+    }
+    console.error(`worker ${worker.process.pid} exited (${signal ?? code}); starting another`)
+    cluster.fork({ PORT: String(port) })
+  })
+  const stop = () => {
+    stopping = true
+    for (const worker of Object.values(cluster.workers ?? {})) worker?.process.kill('SIGTERM')
+  }
+  process.once('SIGTERM', stop)
+  process.once('SIGINT', stop)
+}
+
+async function freePort(): Promise<number> {
+  const probe = createNetServer().listen(0, HOST)
+  await once(probe, 'listening')
+  const { port } = probe.address() as AddressInfo
+  probe.close()
+  return port
 }
 
 if (import.meta.main) run()

@@ -2,7 +2,7 @@
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
-import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 
 export const ROOT = join(import.meta.dirname, '..')
@@ -67,10 +67,35 @@ export function memoryKb(pid: number, field: 'VmHWM' | 'VmRSS'): number {
   return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1])
 }
 
+// A server is its process and every descendant (cluster workers): their CPU and memory add up.
+export function processTree(pid: number): number[] {
+  const children = new Map<number, number[]>()
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      const ppid = Number(readFileSync(`/proc/${entry}/stat`, 'utf8').split(') ')[1].split(' ')[1])
+      children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)])
+    } catch {} // gone meanwhile
+  }
+  const tree = [pid]
+  for (let i = 0; i < tree.length; i++) tree.push(...(children.get(tree[i]) ?? []))
+  return tree
+}
+
+export const treeCpuTicks = (pid: number) => processTree(pid).reduce((sum, p) => sum + cpuTicks(p).total, 0)
+export const treeMemoryKb = (pid: number, field: 'VmHWM' | 'VmRSS') => processTree(pid).reduce((sum, p) => sum + memoryKb(p, field), 0)
+
+// The Node flags the image runs with: the benchmark measures the server as it is shipped.
+export function shippedNodeFlags(): string[] {
+  const cmd = /^CMD\s+(\[.*\])\s*$/m.exec(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'))
+  const argv = JSON.parse(cmd![1]) as string[]
+  return argv.slice(1, -1)
+}
+
 export type Server = { child: ChildProcess; pid: number; url: string; stderr: () => string; stop: () => Promise<void> }
 
 // A server on the server core, on a fresh copy of the seed when given one, in the cgroup when given one.
-export async function startServer(script: string, { flags = [], seed, cgroup }: { flags?: string[]; seed?: Seed; cgroup?: string }): Promise<Server> {
+export async function startServer(script: string, { flags = [], seed, cgroup, env = {} }: { flags?: string[]; seed?: Seed; cgroup?: string; env?: Record<string, string> }): Promise<Server> {
   const workdir = join(CACHE, `run-${process.pid}`)
   mkdirSync(workdir, { recursive: true })
   const copy = join(workdir, 'feed.db')
@@ -80,7 +105,7 @@ export async function startServer(script: string, { flags = [], seed, cgroup }: 
   clean()
   if (seed) copyFileSync(seed.db, copy)
   const child = spawn('taskset', ['-c', SERVER_CORE, process.execPath, ...flags, script], {
-    env: { PATH: process.env.PATH, SQLITE_PATH: copy, HOST: '127.0.0.1', PORT: '0' },
+    env: { PATH: process.env.PATH, SQLITE_PATH: copy, HOST: '127.0.0.1', PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   if (cgroup) writeFileSync(join(cgroup, 'cgroup.procs'), String(child.pid))

@@ -7,14 +7,15 @@
 // connections at all; none holds 15,000 connections that each send one request every 9 s or so.
 //
 //   node bench/users.ts --url http://127.0.0.1:3000 --connections 15000 --idle 5 --hold 60 \
-//     --tokens tokens.txt [--posts 500000] [--local-address 127.0.0.2] [--think-scale 1] [--ramp 0]
+//     --tokens tokens.txt [--posts 500000] [--think-scale 1] [--ramp 0]
+//     [--latencies file.json]   (every latency, sorted, for a caller that merges several generators)
 //
 // Each user connects and asks for the feed, as a k6 user does on arrival; then all are idle for --idle
 // seconds (for the caller to measure the server's memory per idle connection); then the loops run for
 // --hold seconds, started at random points of a loop so the rate is steady from the first second.
 // Prints JSON lines: {"event":"connected",...} when every connection has had its first answer, then
 // {"event":"done",...} with the results.
-import { readFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import { parseArgs } from 'node:util'
 
@@ -28,7 +29,7 @@ const { values: opts } = parseArgs({
     posts: { type: 'string', default: '500000' },
     'think-scale': { type: 'string', default: '1' },
     ramp: { type: 'string', default: '0' },
-    'local-address': { type: 'string' },
+    latencies: { type: 'string' },
   },
 })
 const url = new URL(opts.url!)
@@ -154,7 +155,7 @@ async function connectAll() {
   const batch = RAMP_S > 0 ? Math.max(1, Math.round(CONNECTIONS / (RAMP_S * 20))) : 500
   for (let i = 0; i < CONNECTIONS; i++) {
     if (i % batch === 0 && i > 0) await sleep(50)
-    const socket = connect({ host: url.hostname, port: Number(url.port), localAddress: opts['local-address'], noDelay: true })
+    const socket = connect({ host: url.hostname, port: Number(url.port), noDelay: true })
     const u: User = { socket, open: false, kind: 'feed', sentAt: 0, buffer: Buffer.alloc(0), postIds: [] }
     users.push(u)
     socket.on('data', (chunk) => onData(u, chunk))
@@ -206,6 +207,7 @@ measuring = false
 const cpu = process.cpuUsage(cpuBefore)
 const unanswered = users.filter((u) => u.answered).length
 latencies.sort((a, b) => a - b)
+if (opts.latencies) writeFileSync(opts.latencies, JSON.stringify(latencies))
 print({
   event: 'done',
   connections: open,

@@ -4,4 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 # exec: node takes this process's place, so the challenge's SIGTERM reaches it and it stops cleanly.
-exec node dist/app.js
+# The Node flags are the image's (see the Dockerfile's CMD for why).
+exec node --max-semi-space-size=4 dist/app.js

@@ -55,6 +55,15 @@ describe('Dockerfile', () => {
     for (const file of copied) assert.ok(existsSync(join(ROOT, file)), file)
   })
 
+  test('gives node the same flags as challenge/start.sh and npm start', () => {
+    const [, ...args] = execForm(one('CMD'))
+    const flags = args.slice(0, -1)
+    const startSh = readFileSync(join(ROOT, 'challenge', 'start.sh'), 'utf8')
+    assert.match(startSh, new RegExp(`^exec node ${flags.join(' ')} dist/app\\.js$`, 'm'))
+    const { scripts } = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'))
+    assert.match(scripts.start, new RegExp(`node ${flags.join(' ')} dist/start\\.js$`))
+  })
+
   test('runs as a non-root user, with exec-form CMD and HEALTHCHECK that need only node', () => {
     assert.notEqual(one('USER'), 'root')
     assert.equal(execForm(one('CMD'))[0], 'node')

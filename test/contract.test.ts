@@ -1,7 +1,7 @@
 // CONTRACT.md end to end: the built dist/app.js as a real process, on a fresh copy of the seed.
 import assert from 'node:assert/strict'
 import { once } from 'node:events'
-import { existsSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { DatabaseSync } from 'node:sqlite'
 import { after, before, describe, test } from 'node:test'
@@ -21,6 +21,36 @@ after(async () => {
 })
 
 contractTests(() => ({ url: server.url, tokens: db.tokens }))
+
+describe('with WORKERS=2: two processes on one port, each with its own database connection', () => {
+  const copy = freshSeededCopy()
+  let workers: Server
+
+  before(async () => {
+    workers = await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: copy.path, WORKERS: '2' } })
+    // Both workers listen before the contract runs.
+    while (workers.output().match(/listening on/g)!.length < 2) await new Promise((resolve) => setTimeout(resolve, 20))
+  })
+  after(() => copy.remove())
+
+  contractTests(() => ({ url: workers.url, tokens: copy.tokens }))
+
+  test('replaces a worker that dies, and keeps serving', async () => {
+    const children = () => readFileSync(`/proc/${workers.child.pid}/task/${workers.child.pid}/children`, 'utf8').trim().split(/\s+/).map(Number)
+    const [victim] = children()
+    process.kill(victim, 'SIGKILL')
+    while (!/worker \d+ exited \(SIGKILL\); starting another/.test(workers.output())) await new Promise((resolve) => setTimeout(resolve, 20))
+    while (workers.output().match(/listening on/g)!.length < 3) await new Promise((resolve) => setTimeout(resolve, 20))
+    assert.equal(children().length, 2)
+    assert.ok(!children().includes(victim))
+    for (let i = 0; i < 20; i++) assert.equal((await fetch(`${workers.url}/posts/1`)).status, 200)
+  })
+
+  test('SIGTERM stops every worker and exits 0, with the WAL checkpointed', async () => {
+    assert.equal(await workers.stop('SIGTERM'), 0)
+    assert.equal(existsSync(`${copy.path}-wal`), false)
+  })
+})
 
 const token = (i: number) => db.tokens[i].token
 
