@@ -1,17 +1,16 @@
 // The $12 server challenge's feed API: Hono on node:sqlite, where SQLite writes the JSON.
-import { createAdaptorServer } from '@hono/node-server'
+import { getRequestListener, RequestError } from '@hono/node-server'
 import { Hono, type Context, type Next } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
-import { HTTPException } from 'hono/http-exception'
 import { verify } from 'hono/jwt'
-import type { ContentfulStatusCode } from 'hono/utils/http-status'
 import cluster from 'node:cluster'
 import { once } from 'node:events'
-import { existsSync, mkdirSync } from 'node:fs'
-import type { Server } from 'node:http'
+import { accessSync, constants, existsSync, mkdirSync, statfsSync } from 'node:fs'
+import { createServer, STATUS_CODES } from 'node:http'
 import { createServer as createNetServer, type AddressInfo } from 'node:net'
 import { dirname } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
+import type { Duplex } from 'node:stream'
 import schema from './schema.sql' with { type: 'text' }
 
 const SQLITE_PATH = process.env.SQLITE_PATH || 'data/feed.db'
@@ -20,133 +19,182 @@ const HOST = process.env.HOST || '0.0.0.0'
 const PORT = Number(process.env.PORT || 3000)
 // More than one only where one process may not hold every connection (its open-file limit).
 const WORKERS = Number(process.env.WORKERS || 1)
+// How long a write waits for another connection's write lock before it is refused with a 503.
+const BUSY_TIMEOUT_MS = Number(process.env.BUSY_TIMEOUT_MS || 5_000)
 const MAX_BODY_BYTES = 16 * 1024
 const MAX_BODY_CHARS = 500
 
-// Open the database; a new file gets the empty schema so the server can start anywhere.
-const isNewFile = !existsSync(SQLITE_PATH)
-mkdirSync(dirname(SQLITE_PATH), { recursive: true })
-export const db = new DatabaseSync(SQLITE_PATH, { timeout: 5_000 })
-db.exec(`
-  PRAGMA journal_mode = WAL;    -- readers never wait for the writer
-  PRAGMA synchronous = NORMAL;  -- a commit survives a process crash without an fsync of its own
-`)
-if (isNewFile) {
+if (!process.env.JWT_SECRET && cluster.isPrimary) {
+  console.warn('JWT_SECRET is not set: tokens are checked with the challenge\'s public default secret; set your own')
+}
+
+// A new file gets the empty schema, so the server can start anywhere.
+if (!existsSync(SQLITE_PATH)) {
+  mkdirSync(dirname(SQLITE_PATH), { recursive: true })
+  const db = new DatabaseSync(SQLITE_PATH)
   db.exec(schema)
+  db.close()
   console.log(`created ${SQLITE_PATH} with empty tables; for the challenge data stop the server and run: npm run seed -- --force ${SQLITE_PATH}`)
 }
 
-// Every statement is prepared once. Reads return one column: the response body, built by SQLite.
-const selectOne = db.prepare('SELECT 1')
+// Reads and writes have a connection each, so a write waiting for the lock never holds up a read.
+// Every statement is prepared once per connection. Reads return one column: the body SQLite built.
+function openReads() {
+  const db = new DatabaseSync(SQLITE_PATH, { timeout: BUSY_TIMEOUT_MS })
+  return {
+    db,
+    feed: db.prepare(`
+      SELECT json_object('posts', json_group_array(json_object(
+               'id', p.id, 'body', p.body, 'created_at', p.created_at, 'author', u.username,
+               'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
+             ) ORDER BY p.created_at DESC, p.id DESC)) AS json
+      FROM (SELECT id, user_id, body, created_at FROM posts ORDER BY created_at DESC, id DESC LIMIT 20) AS p
+      JOIN users AS u ON u.id = p.user_id`),
+    // No JOIN here: with a JOIN, SQLite's planner looks at the bound id, and every call then prepares
+    // the statement again (three times the cost, bench/statements.ts). Scalar subqueries do not.
+    post: db.prepare(`
+      SELECT json_object('post', json_object(
+               'id', p.id, 'body', p.body, 'created_at', p.created_at,
+               'author', (SELECT username FROM users AS u WHERE u.id = p.user_id),
+               'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
+             )) AS json
+      FROM posts AS p
+      WHERE p.id = ?`),
+    postExists: db.prepare('SELECT 1 FROM posts WHERE id = ?'),
+    // Reads a page of the file, where SELECT 1 would not touch it.
+    ping: db.prepare('SELECT count(*) FROM sqlite_schema'),
+  }
+}
 
-const selectFeed = db.prepare(`
-  SELECT json_object('posts', json_group_array(json_object(
-           'id', p.id, 'body', p.body, 'created_at', p.created_at, 'author', u.username,
-           'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
-         ) ORDER BY p.created_at DESC, p.id DESC)) AS json
-  FROM (SELECT id, user_id, body, created_at FROM posts ORDER BY created_at DESC, id DESC LIMIT 20) AS p
-  JOIN users AS u ON u.id = p.user_id`)
+// The writer's busy timeout is 0: a write that finds the lock taken is retried on a timer
+// (commitBatch), so the event loop never sleeps in SQLite's busy handler.
+function openWrites() {
+  const db = new DatabaseSync(SQLITE_PATH, { timeout: 0 })
+  db.exec(`
+    PRAGMA journal_mode = WAL;    -- stored in the file: readers never wait for the writer
+    PRAGMA synchronous = NORMAL;  -- a commit survives a process crash without an fsync of its own
+  `)
+  return {
+    db,
+    begin: db.prepare('BEGIN IMMEDIATE'),
+    commit: db.prepare('COMMIT'),
+    rollback: db.prepare('ROLLBACK'),
+    insertPost: db.prepare(`
+      INSERT INTO posts (user_id, body) VALUES ($userId, $body)
+      RETURNING json_object('post', json_object(
+        'id', id, 'body', body, 'created_at', created_at, 'author', $author, 'like_count', 0
+      )) AS json`),
+    // Inserts only when the post exists, and ignores a repeated like.
+    insertLike: db.prepare('INSERT OR IGNORE INTO likes (user_id, post_id) SELECT ?, id FROM posts WHERE id = ?'),
+  }
+}
 
-// No JOIN here: with a JOIN, SQLite's planner looks at the bound id, and every call then prepares the
-// statement again (three times the cost, bench/statements.ts). Scalar subqueries do not.
-const selectPost = db.prepare(`
-  SELECT json_object('post', json_object(
-           'id', p.id, 'body', p.body, 'created_at', p.created_at,
-           'author', (SELECT username FROM users AS u WHERE u.id = p.user_id),
-           'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
-         )) AS json
-  FROM posts AS p
-  WHERE p.id = ?`)
+type Writes = ReturnType<typeof openWrites>
+const reads = openReads()
+// Closed after a fault that only a new connection gets past (a file that was read-only, say).
+let writes: Writes | undefined = openWrites()
 
-const insertPost = db.prepare(`
-  INSERT INTO posts (user_id, body) VALUES ($userId, $body)
-  RETURNING json_object('post', json_object(
-    'id', id, 'body', body, 'created_at', created_at, 'author', $author, 'like_count', 0
-  )) AS json`)
-
-// Inserts only when the post exists, and ignores a repeated like.
-const insertLike = db.prepare(`
-  INSERT OR IGNORE INTO likes (user_id, post_id) SELECT ?, id FROM posts WHERE id = ?`)
-
-const selectPostExists = db.prepare('SELECT 1 FROM posts WHERE id = ?')
-
-const begin = db.prepare('BEGIN IMMEDIATE')
-const commit = db.prepare('COMMIT')
-const rollback = db.prepare('ROLLBACK')
+function writer(): Writes {
+  // Opening a path with no file would create an empty one: a missing file stays a 503.
+  if (!writes && !existsSync(SQLITE_PATH)) throw new ApiError(503, 'database file is missing')
+  return (writes ??= openWrites())
+}
 
 // The key is imported once; every request still verifies its token.
 const jwtKey = await crypto.subtle.importKey(
   'raw', new TextEncoder().encode(JWT_SECRET), { name: 'HMAC', hash: 'SHA-256' }, false, ['verify'],
 )
 const utf8 = new TextDecoder('utf-8', { fatal: true })
-const JSON_TYPE = { 'content-type': 'application/json' }
 const DECIMAL = /^[1-9][0-9]*$/
 const SQLITE_CONSTRAINT_FOREIGNKEY = 787
+const SQLITE_READONLY = 8
+const SQLITE_CANTOPEN = 14
+const SQLITE_READONLY_DBMOVED = 1032 // the file was moved or deleted since it was opened
+// SQLite's primary result codes that mean the database, not the request, is in trouble: a 503.
+const TROUBLE = new Map([
+  [5, 'database is busy'],
+  [6, 'database is busy'],
+  [SQLITE_READONLY, 'database is read-only'],
+  [10, 'database disk I/O error'],
+  [13, 'database or disk is full'],
+  [SQLITE_CANTOPEN, 'database file cannot be opened'],
+])
 const startedAt = Date.now()
+
+// Every response is JSON, never sniffed as anything else and never cached on the way. Once the server
+// is stopping, every response also closes its connection, so keep-alive clients move on cleanly.
+const JSON_HEADERS = { 'content-type': 'application/json', 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' }
+let stopping = false
+
+function jsonResponse(status: number, body: string, headers?: Record<string, string>) {
+  if (stopping) headers = { ...headers, connection: 'close' }
+  return new Response(body, { status, headers: headers ? { ...JSON_HEADERS, ...headers } : JSON_HEADERS })
+}
+
+// Every error is {"error": message}, made here, from whatever layer refuses the request.
+const errorBody = (message: string) => JSON.stringify({ error: message })
+const errorResponse = (status: number, message: string, headers?: Record<string, string>) =>
+  jsonResponse(status, errorBody(message), headers)
+
+class ApiError extends Error {
+  status: number
+  headers?: Record<string, string>
+  constructor(status: number, message: string, headers?: Record<string, string>) {
+    super(message)
+    this.status = status
+    this.headers = headers
+  }
+}
 
 type User = { id: number; username: string }
 type JsonRow = { json: string }
 
-const httpError = (status: ContentfulStatusCode, message: string) => new HTTPException(status, { message })
-
 export const app = new Hono()
 
-app.get('/health', (c) => {
-  try {
-    selectOne.get()
-  } catch (err) {
-    return c.json({ status: 'degraded', db: 'unreachable', error: (err as Error).message }, 503)
-  }
-  return c.json({ status: 'ok', db: 'ok', uptime_s: Math.floor((Date.now() - startedAt) / 1000) })
+app.get('/health', () => {
+  const problem = databaseProblem()
+  if (problem) return jsonResponse(503, JSON.stringify({ status: 'degraded', db: 'unreachable', error: problem }))
+  return jsonResponse(200, JSON.stringify({ status: 'ok', db: 'ok', uptime_s: Math.floor((Date.now() - startedAt) / 1000) }))
 })
 
-app.get('/feed', (c) => {
-  const { json } = selectFeed.get() as JsonRow
-  return c.body(json, 200, JSON_TYPE)
-})
+app.get('/feed', () => jsonResponse(200, (reads.feed.get() as JsonRow).json))
 
 app.get('/posts/:id', (c) => {
-  const row = selectPost.get(parsePostId(c.req.param('id'))) as JsonRow | undefined
-  if (!row) throw httpError(404, 'post not found')
-  return c.body(row.json, 200, JSON_TYPE)
+  const row = reads.post.get(parsePostId(c.req.param('id'))) as JsonRow | undefined
+  if (!row) throw new ApiError(404, 'post not found')
+  return jsonResponse(200, row.json)
 })
 
-app.post(
-  '/posts',
-  limitBody,
-  async (c) => {
-    const user = await authenticate(c)
-    const body = await readPostBody(c)
-    const [{ json }] = (await rejectUnknownUser(inTransaction(() => insertPost.all({ userId: user.id, body, author: user.username })))) as JsonRow[]
-    return c.body(json, 201, JSON_TYPE)
-  },
-)
+app.post('/posts', limitBody, async (c) => {
+  const user = await authenticate(c)
+  const body = await readPostBody(c)
+  const [{ json }] = (await rejectUnknownUser(inTransaction((w) => w.insertPost.all({ userId: user.id, body, author: user.username })))) as JsonRow[]
+  return jsonResponse(201, json)
+})
 
 app.post('/posts/:id/like', async (c) => {
   const user = await authenticate(c)
   const postId = parsePostId(c.req.param('id'))
-  const { changes } = await rejectUnknownUser(inTransaction(() => insertLike.run(user.id, postId)))
-  if (changes === 0 && !selectPostExists.get(postId)) throw httpError(404, 'post not found')
-  return c.json({ liked: true, already_liked: changes === 0, post_id: postId }, changes ? 201 : 200)
+  const { changes } = await rejectUnknownUser(inTransaction((w) => w.insertLike.run(user.id, postId)))
+  if (changes === 0 && !reads.postExists.get(postId)) throw new ApiError(404, 'post not found')
+  return jsonResponse(changes ? 201 : 200, JSON.stringify({ liked: true, already_liked: changes === 0, post_id: postId }))
 })
 
 // A known path with another method is a 405 that names the methods it takes.
 app.notFound((c) => {
   const allowed = ['GET', 'POST'].filter((method) => app.router.match(method, c.req.path)[0].length > 0)
-  if (allowed.length === 0) return errorResponse(c, 404, 'not found')
-  c.header('allow', allowed.join(', '))
-  return errorResponse(c, 405, 'method not allowed')
+  if (allowed.length === 0) return errorResponse(404, 'not found')
+  return errorResponse(405, 'method not allowed', { allow: allowed.join(', ') })
 })
 
-app.onError((err, c) => {
-  if (err instanceof HTTPException) return errorResponse(c, err.status as ContentfulStatusCode, err.message)
+// A database in trouble is a 503 that says how; anything unexpected is a 500 that says nothing more.
+app.onError((err) => {
+  if (err instanceof ApiError) return errorResponse(err.status, err.message, err.headers)
+  const trouble = databaseTrouble(err)
+  if (trouble) return errorResponse(503, trouble)
   console.error(err)
-  return errorResponse(c, 500, 'internal server error')
+  return errorResponse(500, 'internal server error')
 })
-
-function errorResponse(c: Context, status: ContentfulStatusCode, message: string) {
-  return c.json({ error: message }, status)
-}
 
 // A body over 16 KB is refused unread: by its Content-Length, or, when it comes chunked, by hono's
 // bodyLimit counting as it reads. Only the chunked case pays for bodyLimit's web stream.
@@ -155,48 +203,63 @@ const limitChunkedBody = bodyLimit({ maxSize: MAX_BODY_BYTES, onError: refuseBod
 function limitBody(c: Context, next: Next) {
   const length = c.req.header('content-length')
   if (length === undefined) return limitChunkedBody(c, next)
-  if (Number(length) > MAX_BODY_BYTES) refuseBody(c)
+  if (Number(length) > MAX_BODY_BYTES) refuseBody()
   return next()
 }
 
-function refuseBody(c: Context): never {
-  // The rest of the body is never read, so the connection cannot be reused.
-  c.header('connection', 'close')
-  throw httpError(413, 'request body must be at most 16 KB')
+// The rest of the body is never read, so the connection cannot be reused.
+function refuseBody(): never {
+  throw new ApiError(413, 'request body must be at most 16 KB', { connection: 'close' })
 }
 
 // A post id is a positive decimal integer. Past 2^53 it is well formed but names no post here.
 function parsePostId(param: string): number {
-  if (!DECIMAL.test(param)) throw httpError(400, 'invalid post id')
+  if (!DECIMAL.test(param)) throw new ApiError(400, 'invalid post id')
   const id = Number(param)
-  if (!Number.isSafeInteger(id)) throw httpError(404, 'post not found')
+  if (!Number.isSafeInteger(id)) throw new ApiError(404, 'post not found')
   return id
 }
 
 async function authenticate(c: Context): Promise<User> {
   const header = c.req.header('authorization')
-  if (!header?.startsWith('Bearer ')) throw httpError(401, 'missing bearer token')
+  if (!header?.startsWith('Bearer ')) throw new ApiError(401, 'missing bearer token')
   let claims
   try {
     claims = await verify(header.slice(7), jwtKey, 'HS256')
   } catch {
-    throw httpError(401, 'invalid or expired token')
+    throw new ApiError(401, 'invalid or expired token')
   }
   // hono/jwt checks exp only when the token has one; a token that never expires is refused.
-  if (typeof claims.exp !== 'number') throw httpError(401, 'invalid or expired token')
+  if (typeof claims.exp !== 'number') throw new ApiError(401, 'invalid or expired token')
   const { sub, username } = claims
   if (typeof sub !== 'string' || !DECIMAL.test(sub) || !Number.isSafeInteger(Number(sub)) || typeof username !== 'string') {
-    throw httpError(401, 'invalid token payload')
+    throw new ApiError(401, 'invalid token payload')
   }
   return { id: Number(sub), username }
 }
 
+async function readPostBody(c: Context): Promise<string> {
+  let input
+  try {
+    input = JSON.parse(utf8.decode(await c.req.arrayBuffer()))
+  } catch {
+    throw new ApiError(400, 'malformed JSON body')
+  }
+  const body = typeof input?.body === 'string' ? input.body.trim() : ''
+  if (body === '') throw new ApiError(400, 'body is required')
+  // The schema counts code points; 500 emoji are 1,000 UTF-16 units and still fit.
+  if (body.length > MAX_BODY_CHARS && [...body].length > MAX_BODY_CHARS) {
+    throw new ApiError(400, `body must be at most ${MAX_BODY_CHARS} characters`)
+  }
+  return body
+}
+
 // Group commit: the writes that arrive in one event-loop turn share one transaction, and each
 // request's promise settles only after that transaction has committed (a 201 means committed).
-type PendingWrite = { write: () => unknown; resolve: (value: any) => void; reject: (error: unknown) => void }
+type PendingWrite = { write: (w: Writes) => unknown; resolve: (value: any) => void; reject: (error: unknown) => void }
 let pendingWrites: PendingWrite[] = []
 
-function inTransaction<T>(write: () => T): Promise<T> {
+function inTransaction<T>(write: (w: Writes) => T): Promise<T> {
   return new Promise((resolve, reject) => {
     if (pendingWrites.push({ write, resolve, reject }) === 1) setImmediate(commitPendingWrites)
   })
@@ -205,24 +268,56 @@ function inTransaction<T>(write: () => T): Promise<T> {
 function commitPendingWrites() {
   const batch = pendingWrites
   pendingWrites = []
+  commitBatch(batch, Date.now() + BUSY_TIMEOUT_MS, 1)
+}
+
+function commitBatch(batch: PendingWrite[], deadline: number, retryMs: number) {
+  let w: Writes | undefined
   const outcomes: { ok: boolean; value: unknown }[] = []
   try {
-    begin.run()
-    // A statement that fails is undone on its own; the others still commit.
+    w = writer()
+    w.begin.run()
+  } catch (error) {
+    // Another connection holds the write lock: try again soon, serving other requests meanwhile.
+    const wait = Math.min(retryMs, deadline - Date.now())
+    if (databaseTrouble(error) === 'database is busy' && wait > 0) {
+      setTimeout(commitBatch, wait, batch, deadline, Math.min(2 * retryMs, 50))
+      return
+    }
+    return failBatch(batch, error)
+  }
+  try {
     for (const { write } of batch) {
       try {
-        outcomes.push({ ok: true, value: write() })
+        outcomes.push({ ok: true, value: write(w) })
       } catch (error) {
+        // A constraint undoes only its own statement; any other failure ends the whole transaction.
+        if (databaseTrouble(error)) throw error
         outcomes.push({ ok: false, value: error })
       }
     }
-    commit.run()
+    // A file unlinked while open would take these writes with it when the process ends.
+    if (!existsSync(SQLITE_PATH)) throw new ApiError(503, 'database file is missing')
+    w.commit.run()
   } catch (error) {
-    if (db.isTransaction) rollback.run()
-    for (const { reject } of batch) reject(error)
-    return
+    if (w.db.isTransaction) w.rollback.run()
+    return failBatch(batch, error)
   }
   batch.forEach(({ resolve, reject }, i) => (outcomes[i].ok ? resolve : reject)(outcomes[i].value))
+}
+
+function failBatch(batch: PendingWrite[], error: unknown) {
+  forgetWriterAfter(error)
+  for (const { reject } of batch) reject(error)
+}
+
+// A connection that opened the file read-only stays so: the next write opens a new one.
+function forgetWriterAfter(error: unknown) {
+  const code = (error as { errcode?: number } | undefined)?.errcode
+  if (writes && (code === SQLITE_READONLY || code === SQLITE_CANTOPEN)) {
+    writes.db.close()
+    writes = undefined
+  }
 }
 
 // A signed token whose user id has no row cannot write: the foreign key refuses it.
@@ -230,46 +325,83 @@ async function rejectUnknownUser<T>(write: Promise<T>): Promise<T> {
   try {
     return await write
   } catch (err) {
-    if ((err as { errcode?: number }).errcode === SQLITE_CONSTRAINT_FOREIGNKEY) throw httpError(401, 'invalid token payload')
+    if ((err as { errcode?: number }).errcode === SQLITE_CONSTRAINT_FOREIGNKEY) throw new ApiError(401, 'invalid token payload')
     throw err
   }
 }
 
-async function readPostBody(c: Context): Promise<string> {
-  let input
+function databaseTrouble(error: unknown): string | undefined {
+  if (error instanceof ApiError && error.status === 503) return error.message
+  const code = (error as { errcode?: number } | undefined)?.errcode
+  if (code === SQLITE_READONLY_DBMOVED) return 'database file is missing'
+  return code === undefined ? undefined : TROUBLE.get(code & 0xff)
+}
+
+// Whatever stands between the database and a read or a write right now; /health asks on every call.
+function databaseProblem(): string | undefined {
   try {
-    input = JSON.parse(utf8.decode(await c.req.arrayBuffer()))
+    reads.ping.get()
+    if (!existsSync(SQLITE_PATH)) return 'database file is missing'
+    // SQLite lets a read-only connection take the write lock; only the first write would fail.
+    if (!isWritable(SQLITE_PATH)) return 'database is read-only'
+    const { bavail, bsize } = statfsSync(dirname(SQLITE_PATH))
+    if (bavail * bsize < 1024 * 1024) return 'disk is full'
+    // Could a write start now? Take the write lock and give it back.
+    const w = writer()
+    w.begin.run()
+    w.rollback.run()
+    return undefined
+  } catch (error) {
+    forgetWriterAfter(error)
+    return databaseTrouble(error) ?? (error as Error).message
+  }
+}
+
+function isWritable(path: string) {
+  try {
+    accessSync(path, constants.W_OK)
+    return true
   } catch {
-    throw httpError(400, 'malformed JSON body')
+    return false
   }
-  const body = typeof input?.body === 'string' ? input.body.trim() : ''
-  if (body === '') throw httpError(400, 'body is required')
-  // The schema counts code points; 500 emoji are 1,000 UTF-16 units and still fit.
-  if (body.length > MAX_BODY_CHARS && [...body].length > MAX_BODY_CHARS) {
-    throw httpError(400, `body must be at most ${MAX_BODY_CHARS} characters`)
-  }
-  return body
+}
+
+function closeDatabase() {
+  writes?.db.close()
+  reads.db.close()
 }
 
 // Serve until SIGTERM or SIGINT, then finish in-flight requests, close the database and exit 0.
 export function run() {
   if (WORKERS > 1 && cluster.isPrimary) return runWorkers()
-  const server = createAdaptorServer({
-    fetch: app.fetch,
-    serverOptions: {
+  const server = createServer(
+    {
       keepAliveTimeout: 65_000, // longer than any proxy's idle timeout, so it never reuses a closed socket
-      headersTimeout: 10_000,
+      headersTimeout: 10_000, // a slow or silent client is closed...
       requestTimeout: 30_000,
+      connectionsCheckingInterval: 2_000, // ...within 2 s of its time running out
+      requireHostHeader: false, // the adapter refuses a request without Host, in the JSON error shape
     },
-  }) as Server
+    // A request the adapter cannot even build (a bad Host header, say) still gets the JSON error.
+    getRequestListener(app.fetch, {
+      errorHandler: (error) => (error instanceof RequestError ? errorResponse(400, 'malformed request') : errorResponse(500, 'internal server error')),
+    }),
+  )
+  // HTTP that cannot be parsed, headers over 16 KB, or a client too slow: the same error shape, then close.
+  server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
+    if (error.code === 'ECONNRESET' || !socket.writable) return socket.destroy()
+    socket.end(CLIENT_ERRORS[error.code ?? ''] ?? MALFORMED_REQUEST)
+  })
   // Workers each listen on a socket of their own, and the kernel spreads new connections over them.
   server.listen({ host: HOST, port: PORT, reusePort: WORKERS > 1, exclusive: true }, () => {
     const { address, port } = server.address() as AddressInfo
     console.log(`listening on http://${address}:${port}`)
   })
   const stop = () => {
+    // No new connections; idle ones close now, busy ones right after their response.
+    stopping = true
     server.close(() => {
-      db.close()
+      closeDatabase()
       process.exit(0)
     })
     setTimeout(() => server.closeAllConnections(), 10_000).unref()
@@ -278,10 +410,23 @@ export function run() {
   process.once('SIGINT', stop)
 }
 
-// WORKERS processes on one port, each with its own database connection; WAL and the busy timeout keep
-// their writes safe. A worker that dies is replaced; SIGTERM stops them all and exits 0 once they have.
+// Whole responses, written before the HTTP layer could make a request of the bytes it got.
+function rawErrorResponse(status: number, message: string) {
+  const body = errorBody(message)
+  const headers = Object.entries({ ...JSON_HEADERS, 'content-length': Buffer.byteLength(body), connection: 'close' })
+  return `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\n${headers.map(([k, v]) => `${k}: ${v}\r\n`).join('')}\r\n${body}`
+}
+const MALFORMED_REQUEST = rawErrorResponse(400, 'malformed request')
+const CLIENT_ERRORS: Record<string, string> = {
+  HPE_HEADER_OVERFLOW: rawErrorResponse(431, 'request headers too large'),
+  ERR_HTTP_REQUEST_TIMEOUT: rawErrorResponse(408, 'request timed out'),
+  HPE_CHUNK_EXTENSIONS_OVERFLOW: rawErrorResponse(413, 'request body must be at most 16 KB'),
+}
+
+// WORKERS processes on one port, each with its own database connections; WAL and the lock retries
+// keep their writes safe. A worker that dies is replaced; SIGTERM stops them all and exits 0.
 async function runWorkers() {
-  db.close()
+  closeDatabase()
   // Port 0 would give every worker a different port: choose one for all of them.
   const port = PORT || (await freePort())
   let stopping = false

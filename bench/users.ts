@@ -9,6 +9,7 @@
 //   node bench/users.ts --url http://127.0.0.1:3000 --connections 15000 --idle 5 --hold 60 \
 //     --tokens tokens.txt [--posts 500000] [--think-scale 1] [--ramp 0]
 //     [--latencies file.json]   (every latency, sorted, for a caller that merges several generators)
+//     [--interval 60]           (also prints {"event":"interval",...} every so many seconds of the hold)
 //
 // Each user connects and asks for the feed, as a k6 user does on arrival; then all are idle for --idle
 // seconds (for the caller to measure the server's memory per idle connection); then the loops run for
@@ -30,6 +31,7 @@ const { values: opts } = parseArgs({
     'think-scale': { type: 'string', default: '1' },
     ramp: { type: 'string', default: '0' },
     latencies: { type: 'string' },
+    interval: { type: 'string' },
   },
 })
 const url = new URL(opts.url!)
@@ -78,6 +80,7 @@ type User = {
 }
 
 const latencies: number[] = []
+let window: number[] = [] // the latencies of the current --interval
 const errors = { status: 0, body: 0, closed: 0, connect: 0, example: '' }
 let sent = 0
 let measuring = false
@@ -103,7 +106,10 @@ function onData(u: User, chunk: Buffer) {
   const [statuses, prefix] = EXPECT[u.kind]
   if (!statuses.includes(status)) fail('status', `${u.kind}: ${status} ${body.slice(0, 80)}`)
   else if (!body.startsWith(prefix)) fail('body', `${u.kind}: ${body.slice(0, 80)}`)
-  else if (measuring) latencies.push(performance.now() - u.sentAt)
+  else if (measuring) {
+    latencies.push(performance.now() - u.sentAt)
+    window.push(performance.now() - u.sentAt)
+  }
   const answered = u.answered
   u.answered = undefined
   answered?.(status, body)
@@ -198,7 +204,15 @@ const cpuBefore = process.cpuUsage()
 const started = performance.now()
 const end = started + Number(opts.hold) * 1000
 for (const u of users) void loop(u, end)
+const reporter = opts.interval
+  ? setInterval(() => {
+      const sorted = window.sort((a, b) => a - b)
+      window = []
+      print({ event: 'interval', seconds: (performance.now() - started) / 1000, answered: sorted.length, errors: { ...errors }, p50_ms: percentile(sorted, 50), p99_ms: percentile(sorted, 99) })
+    }, Number(opts.interval) * 1000)
+  : undefined
 await sleep(Number(opts.hold) * 1000)
+clearInterval(reporter)
 holding = false
 const drainUntil = performance.now() + 5000
 while (users.some((u) => u.answered) && performance.now() < drainUntil) await sleep(10)

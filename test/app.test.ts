@@ -3,14 +3,18 @@ import assert from 'node:assert/strict'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { DatabaseSync } from 'node:sqlite'
 import { after, before, describe, test } from 'node:test'
 import { claims, makeToken, now } from './helpers.ts'
 
 const dir = mkdtempSync(join(tmpdir(), 'feed-app-'))
 process.env.SQLITE_PATH = join(dir, 'nested', 'app.db')
 process.env.JWT_SECRET = 'a secret only these tests know'
+process.env.BUSY_TIMEOUT_MS = '200'
 const SECRET = process.env.JWT_SECRET
-const { app, db } = await import('../app.ts')
+const { app } = await import('../app.ts')
+// The fixture goes in through a connection of the test's own.
+const db = new DatabaseSync(process.env.SQLITE_PATH)
 
 after(() => {
   db.close()
@@ -297,6 +301,38 @@ describe('unknown paths and methods', () => {
       await expectError(res, 405, 'method not allowed')
       assert.equal(res.headers.get('allow'), allow)
     }
+  })
+})
+
+describe('every response', () => {
+  test('is JSON that is not sniffed and not cached, success or error', async () => {
+    for (const res of [await app.request('/feed'), await app.request('/posts/1'), await app.request('/posts/abc'), await app.request('/nope')]) {
+      assert.equal(res.headers.get('content-type'), 'application/json')
+      assert.equal(res.headers.get('x-content-type-options'), 'nosniff')
+      assert.equal(res.headers.get('cache-control'), 'no-store')
+    }
+  })
+})
+
+describe('a database in trouble', () => {
+  test('a write while another connection holds the lock waits, then is a 503 database is busy; reads still answer', async () => {
+    const holder = new DatabaseSync(process.env.SQLITE_PATH!, { timeout: 0 })
+    holder.exec('BEGIN IMMEDIATE')
+    try {
+      const started = performance.now()
+      const write = post('/posts/3/like', { token: await tokenFor(1) })
+      assert.equal((await app.request('/posts/3')).status, 200)
+      await expectError(await write, 503, 'database is busy')
+      assert.ok(performance.now() - started >= 190, 'the write waited for the busy timeout')
+      const health = await app.request('/health')
+      assert.equal(health.status, 503)
+      assert.deepEqual(await health.json(), { status: 'degraded', db: 'unreachable', error: 'database is busy' })
+    } finally {
+      holder.exec('ROLLBACK')
+      holder.close()
+    }
+    assert.equal((await app.request('/health')).status, 200)
+    assert.equal((await post('/posts/3/like', { token: await tokenFor(1) })).status, 201)
   })
 })
 

@@ -115,6 +115,10 @@ describe('build.sh and start.sh, as the challenge runs them', () => {
     assert.ok(existsSync(join(submission, 'dist', 'app.js')), 'build.sh wrote the bundle')
   })
 
+  test('says nothing about JWT_SECRET when it is set', () => {
+    assert.doesNotMatch(server.output(), /JWT_SECRET/)
+  })
+
   test('is healthy within 60 s', (t) => {
     t.diagnostic(`healthy ${healthySeconds.toFixed(2)} s after start.sh`)
     assert.ok(healthySeconds < 60)

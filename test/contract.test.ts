@@ -22,6 +22,12 @@ after(async () => {
 
 contractTests(() => ({ url: server.url, tokens: db.tokens }))
 
+describe('start-up', () => {
+  test('warns that JWT_SECRET is not set, since the default secret is public', () => {
+    assert.match(server.output(), /JWT_SECRET is not set: tokens are checked with the challenge's public default secret/)
+  })
+})
+
 describe('with WORKERS=2: two processes on one port, each with its own database connection', () => {
   const copy = freshSeededCopy()
   let workers: Server

@@ -1,10 +1,11 @@
 // Shared by the tests that run the built server as a real process.
-import { spawn, type ChildProcess } from 'node:child_process'
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
+import { DatabaseSync } from 'node:sqlite'
 import { sign } from 'hono/jwt'
 
 export const ROOT = join(import.meta.dirname, '..')
@@ -103,3 +104,29 @@ export async function makeToken(
 
 export const now = () => Math.floor(Date.now() / 1000)
 export const claims = (sub: unknown, username: unknown = `user_${sub}`) => ({ sub, username, iat: now(), exp: now() + 3600 })
+
+// A small database of the challenge's schema, made in a moment: 50 users, 100 posts, a few likes.
+export function smallDatabase() {
+  const dir = mkdtempSync(join(tmpdir(), 'feed-small-'))
+  const path = join(dir, 'feed.db')
+  const db = new DatabaseSync(path)
+  db.exec(readFileSync(join(ROOT, 'schema.sql'), 'utf8'))
+  db.exec('PRAGMA journal_mode = WAL')
+  const user = db.prepare('INSERT INTO users (id, username) VALUES (?, ?)')
+  const post = db.prepare('INSERT INTO posts (id, user_id, body, created_at) VALUES (?, ?, ?, ?)')
+  for (let id = 1; id <= 50; id++) user.run(id, `user_${id}`)
+  for (let id = 1; id <= 100; id++) post.run(id, 1 + (id % 50), `post ${id}`, new Date(Date.UTC(2025, 0, 1, 0, 0, id)).toISOString())
+  db.exec('INSERT INTO likes (user_id, post_id) VALUES (1, 1), (2, 1), (3, 2)')
+  db.close()
+  const tokenFor = (id: number) => makeToken(claims(String(id), `user_${id}`))
+  return { dir, path, tokenFor, remove: () => rmSync(dir, { recursive: true, force: true }) }
+}
+
+// Hands a folder and what is in it to the user a test runs a server as (see asUser).
+export function giveTo(user: { uid?: number; gid?: number }, ...paths: string[]) {
+  if (user.uid === undefined) return
+  for (const path of paths) execFileSync('chown', ['-R', `${user.uid}:${user.gid}`, path])
+}
+
+// When the tests run as root, servers run as uid 1000, as the image does: root ignores file modes.
+export const asUser: { uid?: number; gid?: number } = process.getuid?.() === 0 ? { uid: 1000, gid: 1000 } : {}
