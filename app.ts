@@ -90,9 +90,10 @@ function openWrites() {
 }
 
 type Writes = ReturnType<typeof openWrites>
-const reads = openReads()
+// The writer first: it is the one that puts the file in WAL mode.
 // Closed after a fault that only a new connection gets past (a file that was read-only, say).
 let writes: Writes | undefined = openWrites()
+const reads = openReads()
 
 function writer(): Writes {
   // Opening a path with no file would create an empty one: a missing file stays a 503.
@@ -353,7 +354,10 @@ function databaseProblem(): string | undefined {
     return undefined
   } catch (error) {
     forgetWriterAfter(error)
-    return databaseTrouble(error) ?? (error as Error).message
+    const trouble = databaseTrouble(error)
+    if (trouble) return trouble
+    console.error(error)
+    return 'database error'
   }
 }
 
@@ -384,7 +388,11 @@ export function run() {
     },
     // A request the adapter cannot even build (a bad Host header, say) still gets the JSON error.
     getRequestListener(app.fetch, {
-      errorHandler: (error) => (error instanceof RequestError ? errorResponse(400, 'malformed request') : errorResponse(500, 'internal server error')),
+      errorHandler: (error) => {
+        if (error instanceof RequestError) return errorResponse(400, 'malformed request')
+        console.error(error)
+        return errorResponse(500, 'internal server error')
+      },
     }),
   )
   // HTTP that cannot be parsed, headers over 16 KB, or a client too slow: the same error shape, then close.
@@ -398,6 +406,7 @@ export function run() {
     console.log(`listening on http://${address}:${port}`)
   })
   const stop = () => {
+    if (stopping) return // a second signal changes nothing: the drain is under way, bounded at 10 s
     // No new connections; idle ones close now, busy ones right after their response.
     stopping = true
     server.close(() => {
@@ -406,8 +415,8 @@ export function run() {
     })
     setTimeout(() => server.closeAllConnections(), 10_000).unref()
   }
-  process.once('SIGTERM', stop)
-  process.once('SIGINT', stop)
+  process.on('SIGTERM', stop)
+  process.on('SIGINT', stop)
 }
 
 // Whole responses, written before the HTTP layer could make a request of the bytes it got.

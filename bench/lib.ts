@@ -105,7 +105,8 @@ export async function startServer(script: string, { flags = [], seed, cgroup, en
   clean()
   if (seed) copyFileSync(seed.db, copy)
   const child = spawn('taskset', ['-c', SERVER_CORE, process.execPath, ...flags, script], {
-    env: { PATH: process.env.PATH, SQLITE_PATH: copy, HOST: '127.0.0.1', PORT: '0', ...env },
+    // The seed signs tokens.json with the default secret; naming it also silences the server's warning.
+    env: { PATH: process.env.PATH, SQLITE_PATH: copy, HOST: '127.0.0.1', PORT: '0', JWT_SECRET: 'twelve-dollar-challenge', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   if (cgroup) writeFileSync(join(cgroup, 'cgroup.procs'), String(child.pid))

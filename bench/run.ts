@@ -63,9 +63,11 @@ function parseDuration(text: string): number {
 
 type Variant = { name: string; app: string; flags: string[]; commit: string }
 
+// The commit measured, +dirty when tracked files differ from it (but for the two that --record writes).
 function commitOf(dir: string) {
   const sha = sh('git', ['rev-parse', '--short', 'HEAD'], dir)
-  return sh('git', ['status', '--porcelain', '--untracked-files=no'], dir) ? `${sha}+dirty` : sha
+  const changed = sh('git', ['status', '--porcelain', '--untracked-files=no', '--', '.', ':!BENCHMARKS.md', ':!bench/chart.svg'], dir)
+  return changed ? `${sha}+dirty` : sha
 }
 
 // The other build for --against: a worktree of that ref, installed and built, reused while the ref is.

@@ -16,6 +16,17 @@ async function serve(db: Small): Promise<Server> {
   return startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: db.path, BUSY_TIMEOUT_MS: '500', JWT_SECRET: 'twelve-dollar-challenge' }, ...asUser })
 }
 
+// A small database and, once start() is called, a server on it; both go away after the describe.
+function scenario() {
+  const db = smallDatabase()
+  let server: Server | undefined
+  after(async () => {
+    await server?.stop()
+    db.remove()
+  })
+  return { db, start: async () => (server = await serve(db)) }
+}
+
 const like = async (server: Server, db: Small, postId: number, userId = 1 + Math.floor(Math.random() * 50)) =>
   fetch(`${server.url}/posts/${postId}/like`, { method: 'POST', headers: { authorization: `Bearer ${await db.tokenFor(userId)}` } })
 const create = async (server: Server, db: Small, body: string) =>
@@ -46,15 +57,10 @@ async function expectHealthy(server: Server, db: Small) {
 }
 
 describe('another connection holds the write lock past the busy timeout', () => {
-  const db = smallDatabase()
-  let server: Server
-  after(async () => {
-    await server?.stop()
-    db.remove()
-  })
+  const { db, start } = scenario()
 
   test('writes wait without blocking reads, then get a 503; everything recovers when the lock is released', async () => {
-    server = await serve(db)
+    const server = await start()
     const holder = new DatabaseSync(db.path, { timeout: 0 })
     holder.exec('BEGIN IMMEDIATE')
     try {
@@ -134,17 +140,12 @@ describe('the disk is full', () => {
 })
 
 describe('the database file is read-only', () => {
-  const db = smallDatabase()
-  let server: Server
-  after(async () => {
-    await server?.stop()
-    db.remove()
-  })
+  const { db, start } = scenario()
 
   test('reads work, writes get a 503; once writable again, writes work without a restart', async (t) => {
     if (process.getuid?.() === 0 && asUser.uid === undefined) return t.skip('running as root without another user: root ignores file modes')
     chmodSync(db.path, 0o444)
-    server = await serve(db)
+    const server = await start()
     chmodSync(db.path, 0o444) // giveTo changed the owner; the mode is what matters
     assert.equal((await fetch(`${server.url}/posts/1`)).status, 200)
     await expect503(await like(server, db, 7), 'database is read-only')
@@ -156,15 +157,10 @@ describe('the database file is read-only', () => {
 })
 
 describe('the database file goes missing', () => {
-  const db = smallDatabase()
-  let server: Server
-  after(async () => {
-    await server?.stop()
-    db.remove()
-  })
+  const { db, start } = scenario()
 
   test('/health says so and writes get a 503 (nothing is written to a file about to vanish); it recovers when the file is back', async () => {
-    server = await serve(db)
+    const server = await start()
     const away = join(db.dir, 'moved-away.db')
     renameSync(db.path, away)
     try {
