@@ -438,10 +438,10 @@ async function runWorkers() {
   closeDatabase()
   // Port 0 would give every worker a different port: choose one for all of them.
   const port = PORT || (await freePort())
-  let stopping = false
+  let stoppingWorkers = false
   for (let i = 0; i < WORKERS; i++) cluster.fork({ PORT: String(port) })
   cluster.on('exit', (worker, code, signal) => {
-    if (stopping) {
+    if (stoppingWorkers) {
       if (Object.keys(cluster.workers ?? {}).length === 0) process.exit(0)
       return
     }
@@ -449,11 +449,12 @@ async function runWorkers() {
     cluster.fork({ PORT: String(port) })
   })
   const stop = () => {
-    stopping = true
+    if (stoppingWorkers) return
+    stoppingWorkers = true
     for (const worker of Object.values(cluster.workers ?? {})) worker?.process.kill('SIGTERM')
   }
-  process.once('SIGTERM', stop)
-  process.once('SIGINT', stop)
+  process.on('SIGTERM', stop)
+  process.on('SIGINT', stop)
 }
 
 async function freePort(): Promise<number> {

@@ -1,0 +1,61 @@
+// More connections than the process may hold open files: the ones past the limit are closed at once
+// (no hang, no crash), the connections already held keep working, and once they go, all is normal.
+import assert from 'node:assert/strict'
+import { connect } from 'node:net'
+import { after, describe, test } from 'node:test'
+import { smallDatabase, startServer, type Server } from '../helpers.ts'
+
+const LIMIT = 256
+
+describe('more connections than the open-file limit', () => {
+  const db = smallDatabase()
+  let server: Server | undefined
+  after(() => {
+    server?.child.kill('SIGKILL') // if a failure left it running
+    db.remove()
+  })
+
+  test('sheds the connections past it, keeps serving the rest, and recovers when they close', async (t) => {
+    server = await startServer('bash', ['-c', `ulimit -n ${LIMIT} && exec "${process.execPath}" dist/app.js`], { env: { SQLITE_PATH: db.path } })
+    const port = Number(new URL(server.url).port)
+
+    // Twice the limit, each sending a whole request and waiting for its answer.
+    const outcomes = await Promise.all(Array.from({ length: 2 * LIMIT }, async () => {
+      const socket = connect(port, '127.0.0.1')
+      let answer = ''
+      socket.setEncoding('latin1').on('data', (chunk) => (answer += chunk))
+      // A shed connection may close with a reset: that is an outcome here, not an error.
+      socket.on('error', () => {})
+      socket.write('GET /posts/1 HTTP/1.1\r\nHost: test\r\n\r\n')
+      const outcome = await new Promise<string>((resolve) => {
+        socket.on('data', () => answer.includes('"post"') && resolve('answered'))
+        socket.on('close', () => resolve('closed'))
+        setTimeout(resolve, 5_000, 'no answer')
+      })
+      return { socket, outcome }
+    }))
+    const count = (outcome: string) => outcomes.filter((o) => o.outcome === outcome).length
+    t.diagnostic(`${2 * LIMIT} connections with ${LIMIT} files: ${count('answered')} answered, ${count('closed')} closed, ${count('no answer')} no answer`)
+
+    assert.equal(server.child.exitCode, null, `the server is still running:\n${server.output()}`)
+    assert.equal(count('no answer'), 0, 'every connection is answered or closed, none left hanging')
+    assert.ok(count('answered') > LIMIT / 2, 'most of what fits is served')
+    assert.ok(count('closed') > 0, 'the ones past the limit are closed')
+
+    // The connections it holds still work.
+    const held = outcomes.find((o) => o.outcome === 'answered')!.socket
+    let again = ''
+    held.on('data', (chunk) => (again += chunk))
+    held.write('GET /health HTTP/1.1\r\nHost: test\r\n\r\n')
+    await new Promise((resolve) => held.on('data', () => again.includes('"status"') && resolve(undefined)))
+    assert.match(again, /^HTTP\/1.1 200/)
+
+    for (const { socket } of outcomes) socket.destroy()
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    const health = await fetch(`${server.url}/health`)
+    assert.equal(health.status, 200)
+    assert.equal((await fetch(`${server.url}/feed`)).status, 200)
+    assert.ok(server.output().length < 10_000, `the log stays short:\n${server.output().slice(0, 2_000)}`)
+    assert.equal(await server.stop(), 0)
+  })
+})
