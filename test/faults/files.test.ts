@@ -30,7 +30,7 @@ describe('more connections than the open-file limit', () => {
       const outcome = await new Promise<string>((resolve) => {
         socket.on('data', () => answer.includes('"post"') && resolve('answered'))
         socket.on('close', () => resolve('closed'))
-        setTimeout(resolve, 5_000, 'no answer')
+        setTimeout(resolve, 5_000, 'no answer').unref()
       })
       return { socket, outcome }
     }))
