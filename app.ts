@@ -90,8 +90,8 @@ function openWrites() {
 }
 
 type Writes = ReturnType<typeof openWrites>
-// The writer first: it is the one that puts the file in WAL mode.
-// Closed after a fault that only a new connection gets past (a file that was read-only, say).
+// The writer opens first, since it puts the file in WAL mode. After a fault that only a new connection
+// gets past (a file that was read-only, say) it is closed, and writer() opens another.
 let writes: Writes | undefined = openWrites()
 const reads = openReads()
 

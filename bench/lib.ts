@@ -137,6 +137,33 @@ export async function startServer(script: string, { flags = [], seed, cgroup, en
   }
 }
 
+// The inspector protocol over the WebSocket a server's --inspect opened; output is what it has printed.
+export async function openInspector(output: () => string) {
+  let wsUrl: string | undefined
+  for (let i = 0; i < 100 && !wsUrl; i++) {
+    wsUrl = /ws:\/\/\S+/.exec(output())?.[0]
+    if (!wsUrl) await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  if (!wsUrl) throw new Error('the server did not print its inspector address')
+  const socket = new WebSocket(wsUrl)
+  await new Promise((resolve, reject) => ((socket.onopen = resolve), (socket.onerror = reject)))
+  let id = 0
+  const pending = new Map<number, (result: any) => void>()
+  socket.onmessage = (event) => {
+    const message = JSON.parse(String(event.data))
+    pending.get(message.id)?.(message.result)
+    pending.delete(message.id)
+  }
+  return {
+    send: (method: string, params = {}) =>
+      new Promise<any>((resolve) => {
+        pending.set(++id, resolve)
+        socket.send(JSON.stringify({ id, method, params }))
+      }),
+    close: () => socket.close(),
+  }
+}
+
 export type WrkResult = {
   requests: number; duration_us: number; bad: number; bad_example: string; non2xx: number; socket_errors: number
   p50_us: number; p90_us: number; p99_us: number; max_us: number; loadCpu: number

@@ -13,7 +13,7 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { SourceMap } from 'node:module'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import { CACHE, cpuTicks, ensureTools, log, RESULTS, ROOT, seededDatabase, startServer, TICK_US, wrk } from './lib.ts'
+import { CACHE, cpuTicks, ensureTools, log, openInspector, RESULTS, ROOT, seededDatabase, startServer, TICK_US, wrk } from './lib.ts'
 
 const { values: args, positionals } = parseArgs({
   allowPositionals: true,
@@ -25,32 +25,6 @@ const SECONDS = Number(args.seconds)
 type CallFrame = { functionName: string; url: string; lineNumber: number; columnNumber: number }
 type ProfileNode = { id: number; callFrame: CallFrame; children?: number[] }
 type Profile = { nodes: ProfileNode[]; samples: number[]; timeDeltas: number[] }
-
-// The inspector protocol over the WebSocket the server's --inspect opened.
-async function inspector(stderr: () => string) {
-  let wsUrl: string | undefined
-  for (let i = 0; i < 100 && !wsUrl; i++) {
-    wsUrl = /ws:\/\/\S+/.exec(stderr())?.[0]
-    if (!wsUrl) await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-  if (!wsUrl) throw new Error('the server did not print its inspector address')
-  const socket = new WebSocket(wsUrl)
-  await new Promise((resolve, reject) => ((socket.onopen = resolve), (socket.onerror = reject)))
-  let id = 0
-  const pending = new Map<number, (result: any) => void>()
-  socket.onmessage = (event) => {
-    const message = JSON.parse(String(event.data))
-    pending.get(message.id)?.(message.result)
-  }
-  return {
-    send: (method: string, params = {}) =>
-      new Promise<any>((resolve) => {
-        pending.set(++id, resolve)
-        socket.send(JSON.stringify({ id, method, params }))
-      }),
-    close: () => socket.close(),
-  }
-}
 
 const SQLITE_METHODS = new Set(['get', 'all', 'run', 'iterate', 'prepare', 'exec'])
 
@@ -131,7 +105,7 @@ async function main() {
   const flags = ['--inspect=127.0.0.1:0', ...args.flags.split(' ').filter(Boolean)]
   const server = await startServer(bundle, { flags, seed: endpoint === 'ceiling' ? undefined : seed })
   try {
-    const session = await inspector(server.stderr)
+    const session = await openInspector(server.stderr)
     await session.send('Profiler.enable')
     await session.send('Profiler.setSamplingInterval', { interval: 100 })
     log(`profile: warming up ${endpoint}`)

@@ -5,20 +5,20 @@ import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { after, before, describe, test } from 'node:test'
-import { shippedNodeFlags } from '../bench/lib.ts'
+import { openInspector, shippedNodeFlags } from '../bench/lib.ts'
 import { claims, DEFAULT_SECRET, freshSeededCopy, makeToken, now, startServer, type Server } from './helpers.ts'
 
 const db = freshSeededCopy()
 let server: Server
 let port: number
-let inspector: Inspector
+let inspector: Awaited<ReturnType<typeof openInspector>>
 
 before(async () => {
   // With the image's Node flags: memory is part of what this file checks.
   // --inspect on a free loopback port lets the memory test force a GC and read the live heap.
   server = await startServer(process.execPath, [...shippedNodeFlags(), '--inspect=127.0.0.1:0', 'dist/app.js'], { env: { SQLITE_PATH: db.path } })
   port = Number(new URL(server.url).port)
-  inspector = await openInspector(/Debugger listening on (ws:\/\/\S+)/.exec(server.output())![1])
+  inspector = await openInspector(server.output)
 })
 after(async () => {
   inspector.close()
@@ -211,34 +211,9 @@ function judge(testCase: Case, answer: Answer): string | undefined {
   if (Object.keys(parsed).join() !== 'error' || typeof parsed.error !== 'string') return `${answer.status} body is not {"error":"..."}: ${answer.body}`
 }
 
-type Inspector = { call: (method: string) => Promise<any>; close: () => void }
-
-// A minimal Chrome DevTools Protocol client over Node's WebSocket.
-async function openInspector(url: string): Promise<Inspector> {
-  const socket = new WebSocket(url)
-  await new Promise((resolve, reject) => {
-    socket.onopen = resolve
-    socket.onerror = reject
-  })
-  const waiting = new Map<number, (result: unknown) => void>()
-  socket.onmessage = (event) => {
-    const message = JSON.parse(String(event.data))
-    waiting.get(message.id)?.(message.result)
-    waiting.delete(message.id)
-  }
-  let id = 0
-  return {
-    call: (method) => new Promise((resolve) => {
-      waiting.set(++id, resolve)
-      socket.send(JSON.stringify({ id, method }))
-    }),
-    close: () => socket.close(),
-  }
-}
-
 async function liveHeapBytes() {
-  await inspector.call('HeapProfiler.collectGarbage')
-  return (await inspector.call('Runtime.getHeapUsage')).usedSize as number
+  await inspector.send('HeapProfiler.collectGarbage')
+  return (await inspector.send('Runtime.getHeapUsage')).usedSize as number
 }
 
 const rssKb = () => Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${server.child.pid}/status`, 'utf8'))![1])
