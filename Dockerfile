@@ -1,16 +1,17 @@
 # docker build -t twelve-dollar-feed . && docker run -p 3000:3000 twelve-dollar-feed
 
-# Build: the pinned dependencies, then one bundle per entry in dist/.
-FROM node:24.22.3-trixie-slim AS build
+# Build: the pinned dependencies, then one bundle per entry in dist/. Without the dev dependencies:
+# the base image has its Node, so npm does not fetch the pinned one again.
+FROM node:26.10.0-trixie-slim AS build
 WORKDIR /src
-COPY package.json package-lock.json ./
-RUN npm ci --ignore-scripts --no-audit --no-fund
+COPY package.json package-lock.json .npmrc ./
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund
 COPY build.mjs app.ts seed.ts start.ts schema.sql ./
 RUN node build.mjs
 
 # Run: Debian slim with the same Node, pinned by version. Not Alpine: musl's allocator is slower
 # under this load. Not distroless: its Node images can be pinned by digest only, not by version.
-FROM node:24.22.3-trixie-slim
+FROM node:26.10.0-trixie-slim
 WORKDIR /app
 COPY --from=build /src/dist/ ./dist/
 

@@ -1,4 +1,4 @@
-// Bundles app.ts, seed.ts and start.ts into dist/, one file each, that run on Node 24 with nothing beside them.
+// Bundles app.ts, seed.ts and start.ts into dist/, one file each, that run on the pinned Node with nothing beside them.
 //
 //   node build.mjs [--outdir dist] [--sourcemap]     (the profiler builds a source-mapped copy elsewhere)
 import { build } from 'esbuild'
@@ -19,7 +19,7 @@ for (const entry of entries) {
     outfile,
     bundle: true,
     platform: 'node',
-    target: 'node24',
+    target: 'node26',
     format: 'esm',
     // Not minified: the bundle is small either way, and stack traces keep their names.
     sourcemap: options.sourcemap,

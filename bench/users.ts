@@ -164,7 +164,7 @@ async function connectAll() {
     const socket = connect({ host: url.hostname, port: Number(url.port), noDelay: true })
     const u: User = { socket, open: false, kind: 'feed', sentAt: 0, buffer: Buffer.alloc(0), postIds: [] }
     users.push(u)
-    socket.on('data', (chunk) => onData(u, chunk))
+    socket.on('data', (chunk: Buffer) => onData(u, chunk))
     socket.on('close', () => {
       if (u.open && holding) fail('closed', 'the server closed a connection')
       u.open = false

@@ -3,7 +3,7 @@
 # tarball, verified by its SHA-256, into /opt, with node, npm and npx linked into /usr/local/bin.
 set -euo pipefail
 
-NODE_VERSION=24.22.3
+NODE_VERSION=26.10.0
 # The tarball's SHA-256. When empty, the one nodejs.org publishes in the release's SHASUMS256.txt is used.
 NODE_SHA256=""
 PREFIX="${PREFIX:-/usr/local}"            # where node, npm and npx are linked

@@ -180,7 +180,7 @@ function send(testCase: Case): Promise<Answer> {
       resolve({ status: status ? Number(status) : undefined, headers, body: rest.join('\r\n\r\n'), raw })
     }
     const timer = setTimeout(done, 5_000)
-    socket.on('data', (chunk) => {
+    socket.on('data', (chunk: Buffer) => {
       chunks.push(chunk)
       // A complete response with a Content-Length is enough; no need to wait for the close.
       const text = Buffer.concat(chunks).toString('latin1')
