@@ -25,6 +25,18 @@ export function ensureTools() {
   if (install.status !== 0) throw new Error(`bench needs ${missing.join(', ')}: apt-get install ${pkgs.join(' ')}`)
 }
 
+// Another release of Node, the official build from the npm registry as pinned-node/ brings ours, kept in
+// bench/.cache: the benchmark runs the same bundle on it to compare runtimes.
+export function nodeRelease(version: string): string {
+  const prefix = join(CACHE, `node-${version}`)
+  const bin = join(prefix, 'node_modules', '.bin', 'node')
+  if (!existsSync(bin)) {
+    log(`bench: fetching Node ${version} from the npm registry`)
+    execFileSync('npm', ['install', '--no-save', '--no-audit', '--no-fund', '--prefix', prefix, `node-${process.platform}-${process.arch}@${version}`], { stdio: 'ignore' })
+  }
+  return bin
+}
+
 export type Seed = { db: string; tokens: string }
 
 // One seeded database per version of the seed, kept in bench/.cache; every server gets a copy of it.
@@ -95,7 +107,7 @@ export function shippedNodeFlags(): string[] {
 export type Server = { child: ChildProcess; pid: number; url: string; stderr: () => string; stop: () => Promise<void> }
 
 // A server on the server core, on a fresh copy of the seed when given one, in the cgroup when given one.
-export async function startServer(script: string, { flags = [], seed, cgroup, env = {} }: { flags?: string[]; seed?: Seed; cgroup?: string; env?: Record<string, string> }): Promise<Server> {
+export async function startServer(script: string, { node = process.execPath, flags = [], seed, cgroup, env = {} }: { node?: string; flags?: string[]; seed?: Seed; cgroup?: string; env?: Record<string, string> }): Promise<Server> {
   const workdir = join(CACHE, `run-${process.pid}`)
   mkdirSync(workdir, { recursive: true })
   const copy = join(workdir, 'feed.db')
@@ -104,7 +116,7 @@ export async function startServer(script: string, { flags = [], seed, cgroup, en
   }
   clean()
   if (seed) copyFileSync(seed.db, copy)
-  const child = spawn('taskset', ['-c', SERVER_CORE, process.execPath, ...flags, script], {
+  const child = spawn('taskset', ['-c', SERVER_CORE, node, ...flags, script], {
     // The seed signs tokens.json with the default secret; naming it also silences the server's warning.
     env: { PATH: process.env.PATH, SQLITE_PATH: copy, HOST: '127.0.0.1', PORT: '0', JWT_SECRET: 'twelve-dollar-challenge', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -3,13 +3,14 @@
 //
 //   npm run bench [-- --quick] [--only feed,mix] [--hold 5m] [--connections 15000] [--workers 1] [--record]
 //                    [--rounds 3] [--against <git ref>] [--flags=<node flags>] [--against-flags=<node flags>]
+//                    [--against-node <version>]
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, release, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { renderChart } from './chart.ts'
-import { CACHE, ensureTools, LOAD_CORE, log, memoryCgroup, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startServer, TICK_US, treeCpuTicks, treeMemoryKb, wrk, type Seed } from './lib.ts'
+import { CACHE, ensureTools, LOAD_CORE, log, memoryCgroup, nodeRelease, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startServer, TICK_US, treeCpuTicks, treeMemoryKb, wrk, type Seed } from './lib.ts'
 
 const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
 // New users a second while the users connect: k6 ramps to any level in 60 s, which is 1,667 a second
@@ -28,6 +29,7 @@ const { values: args } = parseArgs({
     flags: { type: 'string' },
     workers: { type: 'string', default: '1' },
     'against-flags': { type: 'string' },
+    'against-node': { type: 'string' },
   },
 })
 
@@ -61,7 +63,7 @@ function parseDuration(text: string): number {
   return Number(match[1]) * (match[2] === 'm' ? 60 : 1)
 }
 
-type Variant = { name: string; app: string; flags: string[]; commit: string }
+type Variant = { name: string; app: string; flags: string[]; commit: string; node: string }
 
 // The commit measured, +dirty when tracked files differ from it (but for the two that --record writes).
 function commitOf(dir: string) {
@@ -93,7 +95,7 @@ type Saturation = {
 const serve = (variant: Variant | 'ceiling', seed: Seed, cgroup?: string, host = '127.0.0.1') =>
   variant === 'ceiling'
     ? startServer(join(ROOT, 'bench', 'ceiling.ts'), { cgroup })
-    : startServer(variant.app, { flags: variant.flags, seed, cgroup, env: { WORKERS: args.workers, HOST: host } })
+    : startServer(variant.app, { node: variant.node, flags: variant.flags, seed, cgroup, env: { WORKERS: args.workers, HOST: host } })
 
 async function saturate(variant: Variant | 'ceiling', endpoint: Endpoint, seed: Seed, cgroup?: string): Promise<Saturation> {
   const server = await serve(variant, seed, cgroup)
@@ -289,43 +291,67 @@ async function main() {
   const seed = seededDatabase()
   const cgroup = memoryCgroup()
   const flags = args.flags === undefined ? shippedNodeFlags() : args.flags.split(' ').filter(Boolean)
-  const ours: Variant = { name: 'ours', app: join(ROOT, 'dist', 'app.js'), flags, commit: commitOf(ROOT) }
+  const ours: Variant = { name: 'ours', app: join(ROOT, 'dist', 'app.js'), flags, commit: commitOf(ROOT), node: process.execPath }
   const variants = [ours]
-  if (args.against || args['against-flags'] !== undefined) {
+  const againstFlags = args['against-flags'] === undefined ? undefined : args['against-flags'].split(' ').filter(Boolean)
+  if (args['against-node']) {
+    // The same bundle and flags on another Node.
+    variants.push({ ...ours, name: `Node ${args['against-node']}`, flags: againstFlags ?? flags, node: nodeRelease(args['against-node']) })
+  } else if (args.against || againstFlags) {
     const app = args.against ? buildAgainst(args.against) : ours.app
     const commit = args.against ? sh('git', ['rev-parse', '--short', args.against]) : ours.commit
-    variants.push({ name: args.against ? `against ${args.against}` : 'against', app, flags: (args['against-flags'] ?? '').split(' ').filter(Boolean), commit })
+    variants.push({ name: args.against ? `against ${args.against}` : 'against', app, flags: againstFlags ?? [], commit, node: process.execPath })
   }
-  const sqlite = sh(process.execPath, ['--input-type=module', '-e', "import { DatabaseSync } from 'node:sqlite'; console.log(new DatabaseSync(':memory:').prepare('SELECT sqlite_version() AS v').get().v)"])
+  const versions = (node: string) => sh(node, ['--input-type=module', '-e', "import { DatabaseSync } from 'node:sqlite'; console.log(`Node ${process.version}, SQLite ${new DatabaseSync(':memory:').prepare('SELECT sqlite_version() AS v').get().v}`)"])
+  const sqlite = /SQLite (\S+)/.exec(versions(process.execPath))![1]
   console.log(`bench ${new Date().toISOString()}: commit ${ours.commit}, Node ${process.version}, SQLite ${sqlite}, ${cpus()[0].model} x${cpus().length}`)
   console.log(`server on core ${SERVER_CORE} (taskset), ${cgroup.note}; load on core ${LOAD_CORE}; wrk -t1 -c64, ${WARMUP_S} s warm-up, ${MEASURE_S} s measured, ${ROUNDS} round(s)`)
-  for (const v of variants) console.log(`${v.name}: node ${[...v.flags, 'dist/app.js'].join(' ')}${args.workers !== '1' ? `, WORKERS=${args.workers}` : ''}`)
+  for (const v of variants) console.log(`${v.name}: node ${[...v.flags, 'dist/app.js'].join(' ')}${args.workers !== '1' ? `, WORKERS=${args.workers}` : ''} (${versions(v.node)})`)
 
+  // One users hold after the rounds; when comparing, only with --hold, and then one per variant each round.
+  const comparing = variants.length > 1
+  const runHold = args.hold !== undefined || (!comparing && !args.only)
   const runs: Saturation[] = []
+  const holds: (Hold & { variant: string })[] = []
   try {
     for (let round = 0; round < ROUNDS; round++) {
+      // Alternate the variants, and their order each round, so drift hits both alike.
+      const order = round % 2 ? [...variants].reverse() : variants
       for (const endpoint of only) {
-        // Alternate the variants, and their order each round, so drift hits both alike.
-        const order = endpoint === 'ceiling' ? ['ceiling' as const] : round % 2 ? [...variants].reverse() : variants
-        for (const variant of order) {
+        for (const variant of endpoint === 'ceiling' ? ['ceiling' as const] : order) {
           log(`bench: round ${round + 1}/${ROUNDS} ${LABEL[endpoint]}${variant === 'ceiling' ? '' : ` (${variant.name})`}`)
           runs.push(await saturate(variant, endpoint, seed, cgroup.dir))
         }
       }
+      if (runHold && (comparing || round === ROUNDS - 1)) {
+        for (const variant of order) holds.push({ variant: variant.name, ...(await holdUsers(variant, seed, cgroup.dir)) })
+      }
     }
     const rows = only.flatMap((e) => (e === 'ceiling' ? ['ceiling'] : variants.map((v) => v.name)).map((v) => summarize(runs, e, v)).filter((r): r is Summary => !!r))
     const c0 = rows.find((r) => r.endpoint === 'ceiling')!.cpu_us
-
-    const runHold = !args.against && args['against-flags'] === undefined && (!args.only || args.hold !== undefined)
-    const hold = runHold ? await holdUsers(ours, seed, cgroup.dir) : undefined
+    const hold = comparing ? undefined : holds[0]
 
     console.log('')
     printTable(rows, c0)
-    if (variants.length > 1) {
+    if (comparing) {
       console.log('')
       for (const e of only.filter((x) => x !== 'ceiling')) {
         const [a, b] = variants.map((v) => rows.find((r) => r.endpoint === e && r.variant === v.name)!)
         console.log(`${LABEL[e].padEnd(22)} CPU/req ${variants[1].name} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   req/s ${fmt(b.rps / a.rps, 3)}`)
+      }
+      if (holds.length) {
+        // Medians of each variant's holds.
+        const held = variants.map((v) => {
+          const mine = holds.filter((h) => h.variant === v.name)
+          const pick = (key: keyof Hold) => median(mine.map((h) => h[key] as number))
+          return { name: v.name, rounds: mine.length, kb: pick('kb_per_idle_connection'), peak: pick('rss_peak_mb'), p99: pick('p99_ms'), cpu: pick('cpu_us'), errors: mine.reduce((sum, h) => sum + h.errors, 0) }
+        })
+        console.log('')
+        for (const h of held) {
+          console.log(`users hold (${h.name}, median of ${h.rounds}): ${fmt(CONNECTIONS)} connections, ${fmt(h.kb, 1)} KB per idle connection, ` +
+            `${fmt(h.peak)} MB at peak, p99 ${fmt(h.p99, 1)} ms, ${fmt(h.cpu, 1)} us CPU per request, ${h.errors ? red(`${h.errors} errors`) : '0 errors'}`)
+        }
+        console.log(`users hold              KB per idle connection ${held[1].name} / ours = ${fmt(held[1].kb / held[0].kb, 3)}   CPU/req ${fmt(held[1].cpu / held[0].cpu, 3)}`)
       }
     }
     const mix = rows.find((r) => r.endpoint === 'mix' && r.variant === 'ours')
@@ -346,7 +372,7 @@ async function main() {
       date: new Date().toISOString(), commit: ours.commit, node: process.version, sqlite,
       machine: { cpu: cpus()[0].model, cores: cpus().length, kernel: release(), memory_gb: Math.round(totalmem() / 1024 ** 3) },
       settings: { quick: QUICK, warmup_s: WARMUP_S, measure_s: MEASURE_S, rounds: ROUNDS, connections: CONNECTIONS, hold_s: HOLD_S, workers: Number(args.workers), cgroup: cgroup.note, variants },
-      c0_us: c0, saturation: rows, runs, hold, users_estimate: usersEstimate,
+      c0_us: c0, saturation: rows, runs, holds, users_estimate: usersEstimate,
     }
     const file = join(RESULTS, `${result.date.replace(/[:.]/g, '-')}-${ours.commit}.json`)
     writeFileSync(file, JSON.stringify(result, null, 2))
@@ -360,8 +386,10 @@ async function main() {
       if (r.load_cpu > 0.95) console.log(yellow(`${LABEL[r.endpoint]} (${r.variant}): wrk's core was at ${fmt(r.load_cpu * 100)}%: the load tool may have been the bottleneck`))
       else if (r.server_cpu < 0.9) console.log(yellow(`${LABEL[r.endpoint]} (${r.variant}): the server's core was at ${fmt(r.server_cpu * 100)}%: not saturated`))
     }
-    if (hold?.errors) (failed = true), console.log(red(`users hold: ${hold.errors} errors, e.g. ${hold.error_example}`))
-    if (hold && !hold.pass) failed = true
+    for (const h of holds) {
+      if (h.errors) (failed = true), console.log(red(`users hold (${h.variant}): ${h.errors} errors, e.g. ${h.error_example}`))
+      if (!h.pass) failed = true
+    }
     process.exitCode = failed ? 1 : 0
   } finally {
     if (cgroup.dir) rmdirSync(cgroup.dir)
