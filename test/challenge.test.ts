@@ -6,16 +6,14 @@ import { execFileSync, spawnSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { delimiter, join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { contractTests } from './contract.ts'
-import { DEFAULT_SECRET, freePort, freshSeededCopy, ROOT, startServer, waitHealthy, type Server } from './helpers.ts'
+import { asUser, DEFAULT_SECRET, freePort, freshSeededCopy, ROOT, runnableByUser, startServer, waitHealthy, type Server } from './helpers.ts'
 
 const work = mkdtempSync(join(tmpdir(), 'feed-challenge-'))
 chmodSync(work, 0o755)
 const submission = join(work, 'typescript-hono-node-sqlite')
-// build.sh runs as a normal user: the official images' uid 1000 when these tests run as root.
-const NORMAL_USER = process.getuid?.() === 0 ? { uid: 1000, gid: 1000 } : {}
 
 after(() => rmSync(work, { recursive: true, force: true }))
 
@@ -80,24 +78,26 @@ describe('build.sh and start.sh, as the challenge runs them', () => {
     execFileSync(process.execPath, [join(ROOT, 'challenge', 'pack.mjs'), submission])
     const home = join(work, 'home')
     mkdirSync(home)
-    if (NORMAL_USER.uid !== undefined) {
-      execFileSync('chown', ['-R', `${NORMAL_USER.uid}:${NORMAL_USER.gid}`, submission, home])
-      chownSync(db.dir, NORMAL_USER.uid, NORMAL_USER.gid!)
-      execFileSync('chown', ['-R', `${NORMAL_USER.uid}:${NORMAL_USER.gid}`, db.dir])
+    // The Node install.sh would have linked, first on PATH, where the normal user can run it.
+    const PATH = `${runnableByUser().dir}${delimiter}${process.env.PATH}`
+    if (asUser.uid !== undefined) {
+      execFileSync('chown', ['-R', `${asUser.uid}:${asUser.gid}`, submission, home])
+      chownSync(db.dir, asUser.uid, asUser.gid!)
+      execFileSync('chown', ['-R', `${asUser.uid}:${asUser.gid}`, db.dir])
     }
     const build = spawnSync('bash', ['build.sh'], {
       cwd: submission,
       encoding: 'utf8',
       // The machine's environment (its registry and CA settings), with the build user's own home.
-      env: { ...process.env, HOME: home, npm_config_cache: join(home, '.npm') },
-      ...NORMAL_USER,
+      env: { ...process.env, PATH, HOME: home, npm_config_cache: join(home, '.npm') },
+      ...asUser,
     })
     assert.equal(build.status, 0, build.stdout + build.stderr)
     const port = await freePort()
     server = await startServer('bash', ['start.sh'], {
       cwd: submission,
-      env: { SQLITE_PATH: db.path, JWT_SECRET: DEFAULT_SECRET, HOST: '127.0.0.1', PORT: String(port) },
-      ...NORMAL_USER,
+      env: { PATH, SQLITE_PATH: db.path, JWT_SECRET: DEFAULT_SECRET, HOST: '127.0.0.1', PORT: String(port) },
+      ...asUser,
     })
     assert.equal(server.url, `http://127.0.0.1:${port}`, 'listens on HOST:PORT')
     healthySeconds = await waitHealthy(server.url, 60_000)

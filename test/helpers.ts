@@ -1,7 +1,7 @@
 // Shared by the tests that run the built server as a real process.
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
-import { copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { createServer, type AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
@@ -130,3 +130,21 @@ export function giveTo(user: { uid?: number; gid?: number }, ...paths: string[])
 
 // When the tests run as root, servers run as uid 1000, as the image does: root ignores file modes.
 export const asUser: { uid?: number; gid?: number } = process.getuid?.() === 0 ? { uid: 1000, gid: 1000 } : {}
+
+// Node and the bundle where asUser can run them: a checkout in a private folder (`mktemp -d` makes
+// one) hides its node_modules/.bin/node and dist/ from every other user, so that user gets copies.
+let runnable: { dir: string; node: string; app: string } | undefined
+export function runnableByUser() {
+  if (asUser.uid === undefined) return { dir: dirname(process.execPath), node: process.execPath, app: join(ROOT, 'dist', 'app.js') }
+  if (!runnable) {
+    const dir = mkdtempSync(join(tmpdir(), 'feed-runnable-'))
+    chmodSync(dir, 0o755)
+    runnable = { dir, node: join(dir, 'node'), app: join(dir, 'app.js') }
+    copyFileSync(process.execPath, runnable.node)
+    copyFileSync(join(ROOT, 'dist', 'app.js'), runnable.app)
+    chmodSync(runnable.node, 0o755)
+    chmodSync(runnable.app, 0o644)
+    process.once('exit', () => rmSync(dir, { recursive: true, force: true }))
+  }
+  return runnable
+}

@@ -7,13 +7,14 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import { after, describe, test } from 'node:test'
-import { asUser, giveTo, smallDatabase, startServer, type Server } from '../helpers.ts'
+import { asUser, giveTo, runnableByUser, smallDatabase, startServer, type Server } from '../helpers.ts'
 
 type Small = ReturnType<typeof smallDatabase>
 
 async function serve(db: Small): Promise<Server> {
   giveTo(asUser, db.dir)
-  return startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: db.path, BUSY_TIMEOUT_MS: '500', JWT_SECRET: 'twelve-dollar-challenge' }, ...asUser })
+  const { node, app } = runnableByUser()
+  return startServer(node, [app], { env: { SQLITE_PATH: db.path, BUSY_TIMEOUT_MS: '500', JWT_SECRET: 'twelve-dollar-challenge' }, ...asUser })
 }
 
 // A small database and, once start() is called, a server on it; both go away after the describe.
