@@ -42,11 +42,12 @@ describe('a slowloris attack', () => {
       const p99 = latencies[Math.floor(latencies.length * 0.99)]
       t.diagnostic(`${SLOW} slow + ${SILENT} silent connections; normal traffic: ${latencies.length} answered, ${failures} failed, p99 ${p99.toFixed(1)} ms, max ${latencies.at(-1)!.toFixed(1)} ms; the last attacker closed at ${Number(done.lastClosedAt).toFixed(1)} s`)
       assert.equal(failures, 0)
-      // Starved requests would fail or wait seconds. The tail seen here (p99 15 to 80 ms, max about
-      // 100 ms) is the moment the timeouts close all the attackers at once, 3,000 in one turn of the
-      // loop: whether it lands on the slowest 1% of 1,200 samples decides the p99.
-      assert.ok(p99 < 150, `p99 of normal traffic during the attack: ${p99.toFixed(1)} ms`)
-      assert.ok(latencies.at(-1)! < 500, `the slowest normal request took ${latencies.at(-1)!.toFixed(1)} ms`)
+      // Starved requests would fail or wait seconds, until the 10 s header timeout freed the server.
+      // On a quiet machine the tail is p99 15 to 80 ms, max about 100 ms (the moment the timeouts
+      // close 3,000 attackers in one turn of the loop), on a busy one a few hundred: the bounds are
+      // the challenge's pass line, far from both, so that only starvation fails.
+      assert.ok(p99 < 1_000, `p99 of normal traffic during the attack: ${p99.toFixed(1)} ms`)
+      assert.ok(latencies.at(-1)! < 3_000, `the slowest normal request took ${latencies.at(-1)!.toFixed(1)} ms`)
       assert.equal(done.open, 0, `${done.open} stalled connections still open after 25 s`)
       assert.ok(Number(done.lastClosedAt) < 15, 'closed by the 10 s header timeout, checked every 2 s')
       assert.equal(done.slowTold408, SLOW, 'a slow client is told 408 in the JSON shape')
