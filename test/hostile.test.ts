@@ -3,10 +3,9 @@
 // succeed), never a 5xx, a stack trace or SQL; the server stays up, keeps its memory, logs no secrets.
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
-import { connect } from 'node:net'
 import { after, before, describe, test } from 'node:test'
 import { openInspector, shippedNodeFlags } from '../bench/lib.ts'
-import { claims, DEFAULT_SECRET, freshSeededCopy, makeToken, now, startServer, type Server } from './helpers.ts'
+import { claims, DEFAULT_SECRET, exchange, freshSeededCopy, makeToken, now, startServer, type Answer, type Server } from './helpers.ts'
 
 const db = freshSeededCopy()
 let server: Server
@@ -163,36 +162,8 @@ async function corpus(): Promise<Case[]> {
   return cases
 }
 
-type Answer = { status?: number; headers: Record<string, string>; body: string; raw: string }
-
 // One request on its own connection: whatever comes back before the server closes it (or 5 s pass).
-function send(testCase: Case): Promise<Answer> {
-  return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1')
-    const chunks: Buffer[] = []
-    const done = () => {
-      clearTimeout(timer)
-      socket.destroy()
-      const raw = Buffer.concat(chunks).toString('utf8')
-      const [head, ...rest] = raw.split('\r\n\r\n')
-      const status = /^HTTP\/1\.1 (\d{3}) /.exec(head)?.[1]
-      const headers = Object.fromEntries(head.split('\r\n').slice(1).map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]))
-      resolve({ status: status ? Number(status) : undefined, headers, body: rest.join('\r\n\r\n'), raw })
-    }
-    const timer = setTimeout(done, 5_000)
-    socket.on('data', (chunk) => {
-      chunks.push(chunk)
-      // A complete response with a Content-Length is enough; no need to wait for the close.
-      const text = Buffer.concat(chunks).toString('latin1')
-      const end = text.indexOf('\r\n\r\n')
-      const length = /\r\ncontent-length: *(\d+)/i.exec(text)?.[1]
-      if (end >= 0 && length !== undefined && Buffer.concat(chunks).length >= end + 4 + Number(length)) done()
-    })
-    socket.on('close', done)
-    socket.on('error', () => {})
-    socket.write(testCase.bytes, () => testCase.halfClose && socket.end())
-  })
-}
+const send = (testCase: Case) => exchange(port, testCase.bytes, { halfClose: testCase.halfClose })
 
 const LEAKS = /\bat [\w$.<>]+ \(|node:internal|SQLITE_|sqlite3|SELECT |INSERT |\.ts:\d+|\.js:\d+/
 
