@@ -1,5 +1,5 @@
 // The $12 server challenge's feed API: Hono on node:sqlite, where SQLite writes the JSON.
-import { getRequestListener, RequestError } from '@hono/node-server'
+import { getRequestListener, RequestError, type HttpBindings } from '@hono/node-server'
 import { Hono, type Context, type Next } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
 import { verify } from 'hono/jwt'
@@ -150,7 +150,8 @@ class ApiError extends Error {
 type User = { id: number; username: string }
 type JsonRow = { json: string }
 
-export const app = new Hono()
+// Served by @hono/node-server, a request's env holds Node's own request and response (app.request() has none).
+export const app = new Hono<{ Bindings: Partial<HttpBindings> }>()
 
 app.get('/health', () => {
   const problem = databaseProblem()
@@ -189,10 +190,14 @@ app.notFound((c) => {
 })
 
 // A database in trouble is a 503 that says how; anything unexpected is a 500 that says nothing more.
-app.onError((err) => {
+app.onError((err, c) => {
   if (err instanceof ApiError) return errorResponse(err.status, err.message, err.headers)
   const trouble = databaseTrouble(err)
   if (trouble) return errorResponse(503, trouble)
+  // The request's own stream failed: its client closed the connection before the whole body came
+  // (Node's "aborted"). No server fault, and nobody is left to read the answer; a log line for each
+  // would let any client flood the log.
+  if (err === c.env?.incoming?.errored) return errorResponse(400, 'malformed request')
   console.error(err)
   return errorResponse(500, 'internal server error')
 })
@@ -239,10 +244,12 @@ async function authenticate(c: Context): Promise<User> {
   return { id: Number(sub), username }
 }
 
+// A body cut off on its way is not malformed JSON: a failed read goes on to onError.
 async function readPostBody(c: Context): Promise<string> {
+  const bytes = await c.req.arrayBuffer()
   let input
   try {
-    input = JSON.parse(utf8.decode(await c.req.arrayBuffer()))
+    input = JSON.parse(utf8.decode(bytes))
   } catch {
     throw new ApiError(400, 'malformed JSON body')
   }

@@ -2,7 +2,9 @@
 // server: every answer is a well-formed 4xx in the JSON error shape (a few odd but valid requests may
 // succeed), never a 5xx, a stack trace or SQL; the server stays up, keeps its memory, logs no secrets.
 import assert from 'node:assert/strict'
+import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
+import { connect } from 'node:net'
 import { after, before, describe, test } from 'node:test'
 import { openInspector, shippedNodeFlags } from '../bench/lib.ts'
 import { claims, DEFAULT_SECRET, exchange, freshSeededCopy, makeToken, now, startServer, type Answer, type Server } from './helpers.ts'
@@ -236,6 +238,31 @@ describe('hostile requests', () => {
     const perRequest = (live[19] - live[4]) / (15 * cases.length)
     assert.ok(perRequest < 16, `the live heap grew ${perRequest.toFixed(1)} bytes a request over the last fifteen passes`)
     assert.ok(rss[19] < 200, `RSS ${rss[19].toFixed(0)} MB after ${20 * cases.length} requests`)
+  })
+
+  // A client that goes away in the middle of its body is no server fault: no stack trace, no 500, and
+  // nothing an attacker can use to fill the log. Both kinds carry a good token, so both get as far as
+  // reading the body (a chunked one is read before the token is checked).
+  test('uploads cut off after their first chunk, 1,000 chunked and 1,000 with a Content-Length, leave the log quiet and the server serving', async () => {
+    const logged = server.output().length
+    const head = `POST /posts HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${db.tokens[0].token}\r\n`
+    const uploads = [`${head}Transfer-Encoding: chunked\r\n\r\n9\r\n{"body":"\r\n`, `${head}Content-Length: 100\r\n\r\n{"body":"`]
+    const cutOff = async (bytes: string) => {
+      const socket = connect(port, '127.0.0.1').on('error', () => {})
+      await once(socket, 'connect')
+      socket.write(bytes, () => socket.destroy())
+      await once(socket, 'close')
+    }
+    for (const upload of uploads) {
+      await Promise.all(Array.from({ length: 16 }, async (_, lane) => {
+        for (let i = lane; i < 1_000; i += 16) await cutOff(upload)
+      }))
+    }
+    assert.equal((await fetch(`${server.url}/health`)).status, 200)
+    const written = await fetch(`${server.url}/posts`, { method: 'POST', headers: { authorization: `Bearer ${db.tokens[0].token}` }, body: '{"body":"after the cut-off uploads"}' })
+    assert.equal(written.status, 201)
+    const lines = server.output().slice(logged).split('\n').filter(Boolean)
+    assert.ok(lines.length < 3, `${lines.length} log lines for 2,000 cut-off uploads:\n${lines.slice(0, 14).join('\n')}`)
   })
 
   test('put no token or secret in the server log', () => {
