@@ -385,22 +385,28 @@ function closeDatabase() {
 // Serve until SIGTERM or SIGINT, then finish in-flight requests, close the database and exit 0.
 export function run() {
   if (WORKERS > 1 && cluster.isPrimary) return runWorkers()
+  // A request the adapter cannot even build (a bad Host header, say) still gets the JSON error.
+  const listener = getRequestListener(app.fetch, {
+    errorHandler: (error) => {
+      if (error instanceof RequestError) return errorResponse(400, 'malformed request')
+      console.error(error)
+      return errorResponse(500, 'internal server error')
+    },
+  })
   const server = createServer(
     {
       keepAliveTimeout: 65_000, // longer than any proxy's idle timeout, so it never reuses a closed socket
       headersTimeout: 10_000, // a slow or silent client is closed...
       requestTimeout: 30_000,
       connectionsCheckingInterval: 2_000, // ...within 2 s of its time running out
-      requireHostHeader: false, // the adapter refuses a request without Host, in the JSON error shape
+      requireHostHeader: false, // Node's refusal has no body; the adapter refuses in the JSON error shape
     },
-    // A request the adapter cannot even build (a bad Host header, say) still gets the JSON error.
-    getRequestListener(app.fetch, {
-      errorHandler: (error) => {
-        if (error instanceof RequestError) return errorResponse(400, 'malformed request')
-        console.error(error)
-        return errorResponse(500, 'internal server error')
-      },
-    }),
+    // RFC 9112 requires Host of HTTP/1.1 requests only; the adapter needs one of every request, to build
+    // its URL. An HTTP/1.0 request without one is for this server, by whatever name.
+    (incoming, outgoing) => {
+      if (incoming.httpVersion === '1.0') incoming.headers.host ??= 'localhost'
+      return listener(incoming, outgoing)
+    },
   )
   // HTTP that cannot be parsed, headers over 16 KB, or a client too slow: the same error shape, then close.
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {

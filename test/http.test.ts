@@ -1,6 +1,6 @@
 // What the built server puts on the wire, byte for byte over TCP: the limits exactly at their line,
-// the feed's order, and the same headers on every kind of answer, the raw ones written before a request
-// exists included.
+// Host as each HTTP version asks for it, the feed's order, and the same headers on every kind of answer,
+// the raw ones written before a request exists included.
 import assert from 'node:assert/strict'
 import { DatabaseSync } from 'node:sqlite'
 import { after, before, describe, test } from 'node:test'
@@ -80,6 +80,18 @@ describe('request headers', () => {
     const over = await send(withHeaderBytes(16_384))
     assert.equal(over.status, 431)
     assert.equal(over.body, '{"error":"request headers too large"}')
+  })
+
+  test('HTTP/1.0 needs no Host: a request without one is answered', async () => {
+    const answer = await send('GET /posts/1 HTTP/1.0\r\n\r\n')
+    assert.equal(answer.status, 200)
+    assert.equal(JSON.parse(answer.body).post.id, 1)
+  })
+
+  test('HTTP/1.1 needs Host: a request without one is a 400 in the JSON shape', async () => {
+    const answer = await send('GET /posts/1 HTTP/1.1\r\n\r\n')
+    assert.equal(answer.status, 400)
+    assert.equal(answer.body, '{"error":"malformed request"}')
   })
 })
 
