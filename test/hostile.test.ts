@@ -265,6 +265,17 @@ describe('hostile requests', () => {
     assert.ok(lines.length < 3, `${lines.length} log lines for 2,000 cut-off uploads:\n${lines.slice(0, 14).join('\n')}`)
   })
 
+  // The same, when the server is the one to close: a chunked body that turns malformed is HTTP that
+  // cannot be parsed, a raw 400, while the request it began is still reading its body. No token needed.
+  test('chunked bodies that turn malformed after their first chunk, 1,000 of them, are each a raw 400 and leave the log quiet', async () => {
+    const logged = server.output().length
+    const bytes = Buffer.from('POST /posts HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{"body":"\r\nzz\r\n')
+    const answers = await sendAll(Array.from({ length: 1_000 }, () => ({ name: 'malformed after the first chunk', bytes })))
+    assert.deepEqual([...new Set(answers.map((a) => `${a.status} ${a.body}`))], ['400 {"error":"malformed request"}'])
+    const lines = server.output().slice(logged).split('\n').filter(Boolean)
+    assert.ok(lines.length < 3, `${lines.length} log lines for 1,000 malformed bodies:\n${lines.slice(0, 14).join('\n')}`)
+  })
+
   test('put no token or secret in the server log', () => {
     const log = server.output()
     assert.doesNotMatch(log, new RegExp(DEFAULT_SECRET))
