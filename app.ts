@@ -1,5 +1,5 @@
 // The $12 server challenge's feed API: Hono on node:sqlite, where SQLite writes the JSON.
-import { getRequestListener, RequestError } from '@hono/node-server'
+import { getRequestListener, RequestError, type HttpBindings } from '@hono/node-server'
 import { Hono, type Context, type Next } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
 import { verify } from 'hono/jwt'
@@ -150,7 +150,8 @@ class ApiError extends Error {
 type User = { id: number; username: string }
 type JsonRow = { json: string }
 
-export const app = new Hono()
+// Served by @hono/node-server, a request's env holds Node's own request and response (app.request() has none).
+export const app = new Hono<{ Bindings: Partial<HttpBindings> }>()
 
 app.get('/health', () => {
   const problem = databaseProblem()
@@ -189,10 +190,14 @@ app.notFound((c) => {
 })
 
 // A database in trouble is a 503 that says how; anything unexpected is a 500 that says nothing more.
-app.onError((err) => {
+app.onError((err, c) => {
   if (err instanceof ApiError) return errorResponse(err.status, err.message, err.headers)
   const trouble = databaseTrouble(err)
   if (trouble) return errorResponse(503, trouble)
+  // The request's own stream failed: its client closed the connection before the whole body came
+  // (Node's "aborted"). No server fault, and nobody is left to read the answer; a log line for each
+  // would let any client flood the log.
+  if (err === c.env?.incoming?.errored) return errorResponse(400, 'malformed request')
   console.error(err)
   return errorResponse(500, 'internal server error')
 })
@@ -239,10 +244,12 @@ async function authenticate(c: Context): Promise<User> {
   return { id: Number(sub), username }
 }
 
+// A body cut off on its way is not malformed JSON: a failed read goes on to onError.
 async function readPostBody(c: Context): Promise<string> {
+  const bytes = await c.req.arrayBuffer()
   let input
   try {
-    input = JSON.parse(utf8.decode(await c.req.arrayBuffer()))
+    input = JSON.parse(utf8.decode(bytes))
   } catch {
     throw new ApiError(400, 'malformed JSON body')
   }
@@ -378,22 +385,28 @@ function closeDatabase() {
 // Serve until SIGTERM or SIGINT, then finish in-flight requests, close the database and exit 0.
 export function run() {
   if (WORKERS > 1 && cluster.isPrimary) return runWorkers()
+  // A request the adapter cannot even build (a bad Host header, say) still gets the JSON error.
+  const listener = getRequestListener(app.fetch, {
+    errorHandler: (error) => {
+      if (error instanceof RequestError) return errorResponse(400, 'malformed request')
+      console.error(error)
+      return errorResponse(500, 'internal server error')
+    },
+  })
   const server = createServer(
     {
       keepAliveTimeout: 65_000, // longer than any proxy's idle timeout, so it never reuses a closed socket
       headersTimeout: 10_000, // a slow or silent client is closed...
       requestTimeout: 30_000,
       connectionsCheckingInterval: 2_000, // ...within 2 s of its time running out
-      requireHostHeader: false, // the adapter refuses a request without Host, in the JSON error shape
+      requireHostHeader: false, // Node's refusal has no body; the adapter refuses in the JSON error shape
     },
-    // A request the adapter cannot even build (a bad Host header, say) still gets the JSON error.
-    getRequestListener(app.fetch, {
-      errorHandler: (error) => {
-        if (error instanceof RequestError) return errorResponse(400, 'malformed request')
-        console.error(error)
-        return errorResponse(500, 'internal server error')
-      },
-    }),
+    // RFC 9112 requires Host of HTTP/1.1 requests only; the adapter needs one of every request, to build
+    // its URL. An HTTP/1.0 request without one is for this server, by whatever name.
+    (incoming, outgoing) => {
+      if (incoming.httpVersion === '1.0') incoming.headers.host ??= 'localhost'
+      return listener(incoming, outgoing)
+    },
   )
   // HTTP that cannot be parsed, headers over 16 KB, or a client too slow: the same error shape, then close.
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {

@@ -336,6 +336,45 @@ describe('a database in trouble', () => {
   })
 })
 
+describe('a COMMIT that fails', () => {
+  // A 201 (or 200) is sent only after its transaction commits. Here the COMMIT itself fails, after every
+  // statement of its batch succeeded: this test's own database (the product's schema stays as it is)
+  // gets a table whose foreign key is DEFERRABLE INITIALLY DEFERRED, and triggers that give it a row with
+  // no user for every post and like written. SQLite counts a deferred violation when a statement runs
+  // and checks the count only at COMMIT: each INSERT succeeds, and the COMMIT fails.
+  test('after its statements succeeded: no write of the batch is acknowledged and none is kept', async () => {
+    const token = await tokenFor(1)
+    const likedPosts = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+    const likesKept = () => (db.prepare(`SELECT count(*) AS n FROM likes WHERE user_id = 1 AND post_id IN (${likedPosts.join()})`).get() as { n: number }).n
+    const postsKept = () => (db.prepare("SELECT count(*) AS n FROM posts WHERE body LIKE 'lost at commit %'").get() as { n: number }).n
+    assert.equal(likesKept(), 0)
+    db.exec(`
+      CREATE TABLE unknown_users (user_id INTEGER REFERENCES users (id) DEFERRABLE INITIALLY DEFERRED);
+      CREATE TRIGGER post_fails_at_commit AFTER INSERT ON posts BEGIN INSERT INTO unknown_users VALUES (0); END;
+      CREATE TRIGGER like_fails_at_commit AFTER INSERT ON likes BEGIN INSERT INTO unknown_users VALUES (0); END;
+    `)
+    let answers: Response[]
+    try {
+      // Sent together, so that they share transactions (group commit).
+      answers = await Promise.all(likedPosts.flatMap((postId, i) => [
+        post(`/posts/${postId}/like`, { token }),
+        post('/posts', { token, body: JSON.stringify({ body: `lost at commit ${i}` }) }),
+      ]))
+    } finally {
+      db.exec('DROP TRIGGER post_fails_at_commit; DROP TRIGGER like_fails_at_commit; DROP TABLE unknown_users')
+    }
+    for (const res of answers) {
+      assert.ok(res.status >= 400, `a write that was not committed was answered ${res.status}`)
+      assert.match(await res.text(), /^\{"error":"[^"]+"\}$/)
+    }
+    assert.equal(postsKept(), 0)
+    assert.equal(likesKept(), 0)
+    // The failed transaction was rolled back, not left open: the same writes go through now.
+    assert.equal((await post(`/posts/${likedPosts[0]}/like`, { token })).status, 201)
+    assert.equal((await post('/posts', { token, body: JSON.stringify({ body: 'kept after the fault' }) })).status, 201)
+  })
+})
+
 describe('unexpected failures', () => {
   test('are 500 internal server error, with no stack or SQL in the body', async () => {
     const logged: unknown[] = []

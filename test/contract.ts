@@ -74,10 +74,12 @@ export function contractTests(target: () => { url: string; tokens: Token[] }) {
       await expectError(await post('/posts', { body: '{"body":"x"}', headers: { authorization: `Token ${token(0)}` } }), 401, 'missing bearer token')
     })
 
-    test('a bad signature, expiry, alg none or a malformed JWT is 401 invalid or expired token', async () => {
+    test('a bad signature, expiry, no exp, alg none or a malformed JWT is 401 invalid or expired token', async () => {
       const cases = [
         await makeToken(claims('1'), { secret: 'not the secret' }),
         await makeToken({ ...claims('1'), exp: now() - 1 }),
+        // Signed and well formed, but it would never expire: "verify exp on every request" refuses it.
+        await makeToken({ sub: '1', username: username(0), iat: now() }),
         await makeToken(claims('1'), { alg: 'none' }),
         await makeToken(claims('1'), { alg: 'HS384' }),
         'not.a.jwt',

@@ -2,11 +2,12 @@
 // server: every answer is a well-formed 4xx in the JSON error shape (a few odd but valid requests may
 // succeed), never a 5xx, a stack trace or SQL; the server stays up, keeps its memory, logs no secrets.
 import assert from 'node:assert/strict'
+import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { after, before, describe, test } from 'node:test'
 import { openInspector, shippedNodeFlags } from '../bench/lib.ts'
-import { claims, DEFAULT_SECRET, freshSeededCopy, makeToken, now, startServer, type Server } from './helpers.ts'
+import { claims, DEFAULT_SECRET, exchange, freshSeededCopy, makeToken, now, startServer, type Answer, type Server } from './helpers.ts'
 
 const db = freshSeededCopy()
 let server: Server
@@ -163,36 +164,8 @@ async function corpus(): Promise<Case[]> {
   return cases
 }
 
-type Answer = { status?: number; headers: Record<string, string>; body: string; raw: string }
-
 // One request on its own connection: whatever comes back before the server closes it (or 5 s pass).
-function send(testCase: Case): Promise<Answer> {
-  return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1')
-    const chunks: Buffer[] = []
-    const done = () => {
-      clearTimeout(timer)
-      socket.destroy()
-      const raw = Buffer.concat(chunks).toString('utf8')
-      const [head, ...rest] = raw.split('\r\n\r\n')
-      const status = /^HTTP\/1\.1 (\d{3}) /.exec(head)?.[1]
-      const headers = Object.fromEntries(head.split('\r\n').slice(1).map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]))
-      resolve({ status: status ? Number(status) : undefined, headers, body: rest.join('\r\n\r\n'), raw })
-    }
-    const timer = setTimeout(done, 5_000)
-    socket.on('data', (chunk: Buffer) => {
-      chunks.push(chunk)
-      // A complete response with a Content-Length is enough; no need to wait for the close.
-      const text = Buffer.concat(chunks).toString('latin1')
-      const end = text.indexOf('\r\n\r\n')
-      const length = /\r\ncontent-length: *(\d+)/i.exec(text)?.[1]
-      if (end >= 0 && length !== undefined && Buffer.concat(chunks).length >= end + 4 + Number(length)) done()
-    })
-    socket.on('close', done)
-    socket.on('error', () => {})
-    socket.write(testCase.bytes, () => testCase.halfClose && socket.end())
-  })
-}
+const send = (testCase: Case) => exchange(port, testCase.bytes, { halfClose: testCase.halfClose })
 
 const LEAKS = /\bat [\w$.<>]+ \(|node:internal|SQLITE_|sqlite3|SELECT |INSERT |\.ts:\d+|\.js:\d+/
 
@@ -265,6 +238,42 @@ describe('hostile requests', () => {
     const perRequest = (live[19] - live[4]) / (15 * cases.length)
     assert.ok(perRequest < 16, `the live heap grew ${perRequest.toFixed(1)} bytes a request over the last fifteen passes`)
     assert.ok(rss[19] < 200, `RSS ${rss[19].toFixed(0)} MB after ${20 * cases.length} requests`)
+  })
+
+  // A client that goes away in the middle of its body is no server fault: no stack trace, no 500, and
+  // nothing an attacker can use to fill the log. Both kinds carry a good token, so both get as far as
+  // reading the body (a chunked one is read before the token is checked).
+  test('uploads cut off after their first chunk, 1,000 chunked and 1,000 with a Content-Length, leave the log quiet and the server serving', async () => {
+    const logged = server.output().length
+    const head = `POST /posts HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${db.tokens[0].token}\r\n`
+    const uploads = [`${head}Transfer-Encoding: chunked\r\n\r\n9\r\n{"body":"\r\n`, `${head}Content-Length: 100\r\n\r\n{"body":"`]
+    const cutOff = async (bytes: string) => {
+      const socket = connect(port, '127.0.0.1').on('error', () => {})
+      await once(socket, 'connect')
+      socket.write(bytes, () => socket.destroy())
+      await once(socket, 'close')
+    }
+    for (const upload of uploads) {
+      await Promise.all(Array.from({ length: 16 }, async (_, lane) => {
+        for (let i = lane; i < 1_000; i += 16) await cutOff(upload)
+      }))
+    }
+    assert.equal((await fetch(`${server.url}/health`)).status, 200)
+    const written = await fetch(`${server.url}/posts`, { method: 'POST', headers: { authorization: `Bearer ${db.tokens[0].token}` }, body: '{"body":"after the cut-off uploads"}' })
+    assert.equal(written.status, 201)
+    const lines = server.output().slice(logged).split('\n').filter(Boolean)
+    assert.ok(lines.length < 3, `${lines.length} log lines for 2,000 cut-off uploads:\n${lines.slice(0, 14).join('\n')}`)
+  })
+
+  // The same, when the server is the one to close: a chunked body that turns malformed is HTTP that
+  // cannot be parsed, a raw 400, while the request it began is still reading its body. No token needed.
+  test('chunked bodies that turn malformed after their first chunk, 1,000 of them, are each a raw 400 and leave the log quiet', async () => {
+    const logged = server.output().length
+    const bytes = Buffer.from('POST /posts HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n9\r\n{"body":"\r\nzz\r\n')
+    const answers = await sendAll(Array.from({ length: 1_000 }, () => ({ name: 'malformed after the first chunk', bytes })))
+    assert.deepEqual([...new Set(answers.map((a) => `${a.status} ${a.body}`))], ['400 {"error":"malformed request"}'])
+    const lines = server.output().slice(logged).split('\n').filter(Boolean)
+    assert.ok(lines.length < 3, `${lines.length} log lines for 1,000 malformed bodies:\n${lines.slice(0, 14).join('\n')}`)
   })
 
   test('put no token or secret in the server log', () => {
