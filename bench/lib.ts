@@ -94,8 +94,9 @@ export function shippedNodeFlags(): string[] {
 
 export type Server = { child: ChildProcess; pid: number; url: string; stderr: () => string; stop: () => Promise<void> }
 
-// A server on the server core, on a fresh copy of the seed when given one, in the cgroup when given one.
-export async function startServer(script: string, { flags = [], seed, cgroup, env = {} }: { flags?: string[]; seed?: Seed; cgroup?: string; env?: Record<string, string> }): Promise<Server> {
+// A server on the server core (or the given cores), on a fresh copy of the seed when given one, in the
+// cgroup when given one.
+export async function startServer(script: string, { flags = [], seed, cgroup, cores = SERVER_CORE, env = {} }: { flags?: string[]; seed?: Seed; cgroup?: string; cores?: string; env?: Record<string, string> }): Promise<Server> {
   const workdir = join(CACHE, `run-${process.pid}`)
   mkdirSync(workdir, { recursive: true })
   const copy = join(workdir, 'feed.db')
@@ -104,7 +105,7 @@ export async function startServer(script: string, { flags = [], seed, cgroup, en
   }
   clean()
   if (seed) copyFileSync(seed.db, copy)
-  const child = spawn('taskset', ['-c', SERVER_CORE, process.execPath, ...flags, script], {
+  const child = spawn('taskset', ['-c', cores, process.execPath, ...flags, script], {
     // The seed signs tokens.json with the default secret; naming it also silences the server's warning.
     env: { PATH: process.env.PATH, SQLITE_PATH: copy, HOST: '127.0.0.1', PORT: '0', JWT_SECRET: 'twelve-dollar-challenge', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
