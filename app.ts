@@ -5,7 +5,7 @@ import { bodyLimit } from 'hono/body-limit'
 import { verify } from 'hono/jwt'
 import cluster from 'node:cluster'
 import { once } from 'node:events'
-import { accessSync, constants, existsSync, mkdirSync, readFileSync, statfsSync } from 'node:fs'
+import { accessSync, constants, existsSync, mkdirSync, readFileSync, statfsSync, statSync } from 'node:fs'
 import { createServer, STATUS_CODES } from 'node:http'
 import { createServer as createNetServer, type AddressInfo } from 'node:net'
 import { dirname } from 'node:path'
@@ -358,14 +358,22 @@ const CATCH_UP_MS = 2_000
 // Past the primary's own wait for the write lock, it is not coming back: the write's fate is unknown.
 const FORWARD_TIMEOUT_MS = BUSY_TIMEOUT_MS + 5_000
 
-// Where this node's writes go: undefined on the primary (no `.primary`: LiteFS lets it write).
-function primaryUrl(): string | undefined {
+// LiteFS shows a replica its database read-only, connected to the primary or not.
+function isReplica(): boolean {
+  try {
+    return !(statSync(SQLITE_PATH).mode & 0o222)
+  } catch {
+    throw new ApiError(503, 'database is unavailable') // the mount is gone: LiteFS stopped
+  }
+}
+
+// A replica's `.primary` names the primary while the two are connected.
+function primaryUrl(): string {
   let name
   try {
     name = readFileSync(PRIMARY_FILE, 'latin1').trim()
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined
-    throw new ApiError(503, 'database is unavailable') // the mount itself is gone: LiteFS stopped
+  } catch {
+    throw new ApiError(503, 'primary is unreachable')
   }
   return `http://${name.includes(':') ? name : `${name}:${PORT}`}`
 }
@@ -375,14 +383,14 @@ function primaryUrl(): string | undefined {
 // goes to the primary as it came, and the primary's answer comes back once this copy has caught up.
 async function forwardOnReplica<Path extends string>(c: Context<any, Path>, next: Next) {
   if (!onLiteFS) return next()
-  const primary = primaryUrl()
-  if (!primary) {
+  if (!isReplica()) {
     await next()
     const txid = c.res.ok && committedTxid()
     if (txid) c.res.headers.set(TXID_HEADER, txid)
     return
   }
   await authenticate(c)
+  const primary = primaryUrl()
   const body = await c.req.arrayBuffer()
   const headers: Record<string, string> = { authorization: c.req.header('authorization')! }
   const type = c.req.header('content-type')
@@ -454,7 +462,7 @@ function databaseProblem(): string | undefined {
   try {
     reads.ping.get()
     if (!existsSync(SQLITE_PATH)) return 'database file is missing'
-    if (onLiteFS && primaryUrl()) return undefined // a replica's writes are the primary's to take
+    if (onLiteFS && isReplica()) return undefined // a replica's writes are the primary's to take
     // SQLite lets a read-only connection take the write lock; only the first write would fail.
     if (!isWritable(SQLITE_PATH)) return 'database is read-only'
     const { bavail, bsize } = statfsSync(dirname(SQLITE_PATH))

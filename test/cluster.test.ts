@@ -2,7 +2,7 @@
 // replicate it, each with the built dist/app.js on its own mount. The seed is imported once.
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
@@ -21,8 +21,8 @@ const url = (i: number) => apis[i].url
 const startApi = (node: LiteFSNode) =>
   startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: node.dbPath, PORT: String(node.apiPort), JWT_SECRET: 'twelve-dollar-challenge' } })
 
-const post = (base: string, path: string, token: string, body?: unknown) =>
-  fetch(base + path, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) })
+const post = (base: string, path: string, token: string, body?: unknown, signal?: AbortSignal) =>
+  fetch(base + path, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body), signal })
 
 async function expectError(res: Response, status: number, message: string) {
   assert.equal(res.status, status)
@@ -113,8 +113,9 @@ describe('a LiteFS cluster: node a primary, b and c replicas', { skip }, () => {
 
   // SQLite maps the WAL index (`-shm`) into memory from the mount; once LiteFS is gone, a read of it
   // is either a SIGBUS, which no process can answer from (the API ends, as it would under LiteFS's
-  // `exec`, and comes back with LiteFS), or SQLite's locks fail and the API answers 503. A write
-  // forwarded meanwhile may get a 504: the primary was too slow to say whether it committed.
+  // `exec`, and comes back with LiteFS), or SQLite's locks fail and the API answers 503 (after SQLite
+  // has retried them for about 10 s: the load gives up on a request after 5). A write forwarded
+  // meanwhile may get a 504: the primary was too slow to say whether it committed.
   describe("SIGKILL to a replica's LiteFS under load", () => {
     test('its API never answers wrongly, no acknowledged write is lost, and the node catches up after a restart', async () => {
       const [, , c] = cluster.nodes
@@ -125,18 +126,18 @@ describe('a LiteFS cluster: node a primary, b and c replicas', { skip }, () => {
       const writer = async (i: number) => {
         while (running) {
           const k = n++
-          const res = await post(url(i), '/posts', tokens[10_000 + (k % 5000)].token, { body: `under load ${k}` }).catch(() => undefined)
-          if (!res) continue
-          const text = await res.text()
+          const res = await post(url(i), '/posts', tokens[10_000 + (k % 5000)].token, { body: `under load ${k}` }, AbortSignal.timeout(5_000)).catch(() => undefined)
+          const text = await res?.text().catch(() => undefined)
+          if (!res || text === undefined) continue
           if (res.status === 201) acknowledged.push({ id: JSON.parse(text).post.id, text })
           else if (res.status !== 503 && !(i > 0 && res.status === 504)) wrong.push(`${res.status} ${text}`)
         }
       }
       const reader = async () => {
         while (running) {
-          const res = await fetch(`${url(2)}/posts/${1 + (n % 500_000)}`).catch(() => undefined)
-          const text = await res?.text()
-          if (res && res.status !== 503 && !(res.status === 200 && text?.startsWith('{"post":{'))) wrong.push(`${res.status} ${text}`)
+          const res = await fetch(`${url(2)}/posts/${1 + (n % 500_000)}`, { signal: AbortSignal.timeout(5_000) }).catch(() => undefined)
+          const text = await res?.text().catch(() => undefined)
+          if (res && text !== undefined && res.status !== 503 && !(res.status === 200 && text.startsWith('{"post":{'))) wrong.push(`${res.status} ${text}`)
         }
       }
       const load = [writer(0), writer(1), writer(2), writer(2), reader(), reader()]
@@ -164,6 +165,20 @@ describe('a LiteFS cluster: node a primary, b and c replicas', { skip }, () => {
       apis[2] = await startApi(c)
       for (const { id, text } of acknowledged) assert.equal(await (await fetch(`${url(2)}/posts/${id}`)).text(), text)
       assert.equal((await post(url(2), '/posts', tokens[16_000].token, { body: 'c is back' })).status, 201)
+    })
+  })
+  // Last: the cluster does not come back from this within the suite.
+  describe("the primary's LiteFS stopped", () => {
+    test('a replica, cut off, keeps serving reads and refuses writes without trying its own file', async () => {
+      const [a, b] = cluster.nodes
+      await a.kill('SIGTERM')
+      // The replica notices when its stream ends, and takes .primary away.
+      for (let i = 0; i < 100 && existsSync(join(b.mount, '.primary')); i++) await new Promise((resolve) => setTimeout(resolve, 50))
+      await expectError(await post(url(1), '/posts', tokens[17_000].token, { body: 'no primary' }), 503, 'primary is unreachable')
+      await expectError(await post(url(1), '/posts/9/like', tokens[17_000].token), 503, 'primary is unreachable')
+      assert.equal((await fetch(`${url(1)}/posts/9`)).status, 200)
+      assert.equal((await fetch(`${url(1)}/health`)).status, 200)
+      assert.doesNotMatch(b.log(), /read only replica/, 'LiteFS saw a write on the replica')
     })
   })
 })
