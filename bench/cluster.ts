@@ -100,7 +100,9 @@ export async function clusterBench({ seed, quick, flags }: { seed: Seed; quick: 
       const before = pids().reduce((sum, pid) => sum + treeCpuTicks(pid), 0)
       const result = await wrk(url, kind, measureS, seed.tokens)
       const cpu = (pids().reduce((sum, pid) => sum + treeCpuTicks(pid), 0) - before) * TICK_US
-      return { rps: result.requests / (result.duration_us / 1e6), cpu_us: cpu / result.requests, p50_ms: result.p50_us / 1000, p99_ms: result.p99_us / 1000, errors: result.bad + result.socket_errors, example: result.bad_example }
+      // A socket error here is mostly a request wrk gave up on after its 2 s timeout.
+      const example = result.bad_example || (result.socket_errors ? `${result.socket_errors} socket errors or timeouts (over 2 s)` : '')
+      return { rps: result.requests / (result.duration_us / 1e6), cpu_us: cpu / result.requests, p50_ms: result.p50_us / 1000, p99_ms: result.p99_us / 1000, errors: result.bad + result.socket_errors, example }
     }
     const mix: Record<string, Awaited<ReturnType<typeof saturate>>> = {}
     // The API's port must be the one the lease names for the replica's writes to reach it.
@@ -176,9 +178,10 @@ export async function clusterBench({ seed, quick, flags }: { seed: Seed; quick: 
     sampling = false
     await sampler
     behind.sort((x, y) => x - y)
-    report.replication_under_load = { likes_per_s: likes.rps, transactions: behind.length, p50_ms: at(behind, 0.5), p99_ms: at(behind, 0.99), max_ms: behind.at(-1) }
+    report.replication_under_load = { likes_per_s: likes.rps, transactions: behind.length, p50_ms: at(behind, 0.5), p99_ms: at(behind, 0.99), max_ms: behind.at(-1), errors: likes.errors, example: likes.example }
     console.log(`\n5. replication lag with likes at saturation on the primary (${fmt(likes.rps)} likes/s, ${fmt(behind.length)} transactions seen): ` +
-      `p50 ${fmt(at(behind, 0.5), 1)} ms, p99 ${fmt(at(behind, 0.99), 1)} ms, max ${fmt(behind.at(-1) ?? NaN, 1)} ms (sampled every ~1 ms)`)
+      `p50 ${fmt(at(behind, 0.5), 1)} ms, p99 ${fmt(at(behind, 0.99), 1)} ms, max ${fmt(behind.at(-1) ?? NaN, 1)} ms (sampled every ~1 ms)` +
+      (likes.errors ? `; ${likes.errors} bad responses, e.g. ${likes.example}` : ''))
     await primaryApi.stop()
     const errors = Object.values(mix).reduce((sum, r) => sum + r.errors, 0) + likes.errors
     return { report, errors }
