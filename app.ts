@@ -5,7 +5,7 @@ import { bodyLimit } from 'hono/body-limit'
 import { verify } from 'hono/jwt'
 import cluster from 'node:cluster'
 import { once } from 'node:events'
-import { accessSync, constants, existsSync, mkdirSync, statfsSync } from 'node:fs'
+import { accessSync, constants, existsSync, mkdirSync, readFileSync, statfsSync, statSync } from 'node:fs'
 import { createServer, STATUS_CODES } from 'node:http'
 import { createServer as createNetServer, type AddressInfo } from 'node:net'
 import { dirname } from 'node:path'
@@ -119,6 +119,7 @@ const TROUBLE = new Map([
   [10, 'database disk I/O error'],
   [13, 'database or disk is full'],
   [SQLITE_CANTOPEN, 'database file cannot be opened'],
+  [15, 'database is unavailable'], // the WAL index's locks cannot be had: its file system is gone (LiteFS)
 ])
 const startedAt = Date.now()
 
@@ -167,14 +168,14 @@ app.get('/posts/:id', (c) => {
   return jsonResponse(200, row.json)
 })
 
-app.post('/posts', limitBody, async (c) => {
+app.post('/posts', limitBody, forwardOnReplica, async (c) => {
   const user = await authenticate(c)
   const body = await readPostBody(c)
   const [{ json }] = (await rejectUnknownUser(inTransaction((w) => w.insertPost.all({ userId: user.id, body, author: user.username })))) as JsonRow[]
   return jsonResponse(201, json)
 })
 
-app.post('/posts/:id/like', async (c) => {
+app.post('/posts/:id/like', forwardOnReplica, async (c) => {
   const user = await authenticate(c)
   const postId = parsePostId(c.req.param('id'))
   const { changes } = await rejectUnknownUser(inTransaction((w) => w.insertLike.run(user.id, postId)))
@@ -311,6 +312,7 @@ function commitBatch(batch: PendingWrite[], deadline: number, retryMs: number) {
     if (w.db.isTransaction) w.rollback.run()
     return failBatch(batch, error)
   }
+  commits++
   batch.forEach(({ resolve, reject }, i) => (outcomes[i].ok ? resolve : reject)(outcomes[i].value))
 }
 
@@ -345,11 +347,129 @@ function databaseTrouble(error: unknown): string | undefined {
   return code === undefined ? undefined : TROUBLE.get(code & 0xff)
 }
 
+// --- LiteFS read replicas --------------------------------------------------------------------------
+// On a LiteFS mount (https://fly.io/docs/litefs/) every node holds a copy of the database and one, the
+// primary, takes the writes. LiteFS puts two files beside the database: `<db>-pos`, this copy's
+// position (a hex TXID, a slash, a checksum), and on a replica `.primary`, the name the primary goes by
+// (its `lease.hostname` in litefs.yml). A replica serves reads from its copy and forwards each write
+// to the primary's API at `http://<.primary>`, with this node's PORT when the name has no port; it
+// answers once its own copy has reached the transaction the primary reports for that write, so a
+// client that reads right after its write, here, sees it. Without LiteFS none of this runs.
+const POSITION_FILE = `${SQLITE_PATH}-pos`
+const PRIMARY_FILE = `${dirname(SQLITE_PATH)}/.primary`
+const onLiteFS = existsSync(POSITION_FILE)
+// The primary's position after a write's commit, as 16 hex digits: compared as strings, in order.
+const TXID_HEADER = 'litefs-txid'
+// Replication takes milliseconds; a replica further behind than this answers anyway (see below).
+const CATCH_UP_MS = 2_000
+// Past the primary's own wait for the write lock, it is not coming back: the write's fate is unknown.
+const FORWARD_TIMEOUT_MS = BUSY_TIMEOUT_MS + 5_000
+
+// LiteFS shows a replica its database read-only, connected to the primary or not.
+function isReplica(): boolean {
+  try {
+    return !(statSync(SQLITE_PATH).mode & 0o222)
+  } catch {
+    throw new ApiError(503, 'database is unavailable') // the mount is gone: LiteFS stopped
+  }
+}
+
+// A replica's `.primary` names the primary while the two are connected.
+function primaryUrl(): string {
+  let name
+  try {
+    name = readFileSync(PRIMARY_FILE, 'latin1').trim()
+  } catch {
+    throw new ApiError(503, 'primary is unreachable')
+  }
+  return `http://${name.includes(':') ? name : `${name}:${PORT}`}`
+}
+
+// On the primary, the write runs here and its response names the transaction that holds it. On a
+// replica the token is checked before anything is sent (the primary checks it again), the request
+// goes to the primary as it came, and the primary's answer comes back once this copy has caught up.
+async function forwardOnReplica<Path extends string>(c: Context<any, Path>, next: Next) {
+  if (!onLiteFS) return next()
+  if (!isReplica()) {
+    await next()
+    const txid = c.res.ok && committedTxid()
+    if (txid) c.res.headers.set(TXID_HEADER, txid)
+    return
+  }
+  await authenticate(c)
+  const primary = primaryUrl()
+  const body = await c.req.arrayBuffer()
+  const headers: Record<string, string> = { authorization: c.req.header('authorization')! }
+  const type = c.req.header('content-type')
+  if (type) headers['content-type'] = type
+  let answer: Response
+  try {
+    answer = await fetch(primary + c.req.path, {
+      method: 'POST', headers, body: body.byteLength ? body : undefined, signal: AbortSignal.timeout(FORWARD_TIMEOUT_MS),
+    })
+  } catch (error) {
+    // Refused: nothing was written. Timed out: the primary may have committed it, or not.
+    if ((error as Error).name === 'TimeoutError') throw new ApiError(504, 'primary did not answer in time')
+    throw new ApiError(503, 'primary is unreachable')
+  }
+  const text = await answer.text()
+  const txid = answer.headers.get(TXID_HEADER)
+  if (!txid) return jsonResponse(answer.status, text)
+  // Committed on the primary but not here yet: still the primary's answer (an error would invite a
+  // retry, and a second post), marked so the client knows a read here may not show it yet.
+  if (!(await caughtUp(txid))) {
+    console.warn(`replica: transaction ${txid} not here after ${CATCH_UP_MS} ms; answered without it`)
+    return jsonResponse(answer.status, text, { [TXID_HEADER]: txid, 'litefs-caught-up': 'false' })
+  }
+  return jsonResponse(answer.status, text, { [TXID_HEADER]: txid })
+}
+
+// The position is read once per commit, and only when a write on a LiteFS primary asks for it.
+let commits = 0
+let lastRead = { commits: -1, txid: '' }
+function committedTxid(): string {
+  if (lastRead.commits !== commits) lastRead = { commits, txid: position() }
+  return lastRead.txid
+}
+
+// This copy's TXID; empty when LiteFS cannot say (it stopped), which is behind every position.
+function position(): string {
+  try {
+    return readFileSync(POSITION_FILE, 'latin1').slice(0, 16)
+  } catch {
+    return ''
+  }
+}
+
+// Forwarded writes wait here for this copy's position; one timer reads it for all of them.
+type CatchUp = { txid: string; deadline: number; resolve: (caughtUp: boolean) => void }
+const catchingUp = new Set<CatchUp>()
+
+function caughtUp(txid: string): Promise<boolean> {
+  if (position() >= txid) return Promise.resolve(true)
+  return new Promise((resolve) => {
+    if (catchingUp.add({ txid, deadline: Date.now() + CATCH_UP_MS, resolve }).size === 1) setTimeout(pollPosition, 1)
+  })
+}
+
+function pollPosition() {
+  const here = position()
+  const now = Date.now()
+  for (const wait of catchingUp) {
+    if (here >= wait.txid || now >= wait.deadline) {
+      catchingUp.delete(wait)
+      wait.resolve(here >= wait.txid)
+    }
+  }
+  if (catchingUp.size) setTimeout(pollPosition, 1)
+}
+
 // Whatever stands between the database and a read or a write right now; /health asks on every call.
 function databaseProblem(): string | undefined {
   try {
     reads.ping.get()
     if (!existsSync(SQLITE_PATH)) return 'database file is missing'
+    if (onLiteFS && isReplica()) return undefined // a replica's writes are the primary's to take
     // SQLite lets a read-only connection take the write lock; only the first write would fail.
     if (!isWritable(SQLITE_PATH)) return 'database is read-only'
     const { bavail, bsize } = statfsSync(dirname(SQLITE_PATH))

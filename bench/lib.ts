@@ -106,8 +106,9 @@ export function shippedNodeFlags(): string[] {
 
 export type Server = { child: ChildProcess; pid: number; url: string; stderr: () => string; stop: () => Promise<void> }
 
-// A server on the server core, on a fresh copy of the seed when given one, in the cgroup when given one.
-export async function startServer(script: string, { node = process.execPath, flags = [], seed, cgroup, env = {} }: { node?: string; flags?: string[]; seed?: Seed; cgroup?: string; env?: Record<string, string> }): Promise<Server> {
+// A server run by this Node (or the given one) on the server core (or the given cores), on a fresh copy
+// of the seed when given one, in the cgroup when given one.
+export async function startServer(script: string, { node = process.execPath, flags = [], seed, cgroup, cores = SERVER_CORE, env = {} }: { node?: string; flags?: string[]; seed?: Seed; cgroup?: string; cores?: string; env?: Record<string, string> }): Promise<Server> {
   const workdir = join(CACHE, `run-${process.pid}`)
   mkdirSync(workdir, { recursive: true })
   const copy = join(workdir, 'feed.db')
@@ -116,7 +117,7 @@ export async function startServer(script: string, { node = process.execPath, fla
   }
   clean()
   if (seed) copyFileSync(seed.db, copy)
-  const child = spawn('taskset', ['-c', SERVER_CORE, node, ...flags, script], {
+  const child = spawn('taskset', ['-c', cores, node, ...flags, script], {
     // The seed signs tokens.json with the default secret; naming it also silences the server's warning.
     env: { PATH: process.env.PATH, SQLITE_PATH: copy, HOST: '127.0.0.1', PORT: '0', JWT_SECRET: 'twelve-dollar-challenge', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

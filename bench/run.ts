@@ -4,6 +4,9 @@
 //   npm run bench [-- --quick] [--only feed,mix] [--hold 5m] [--connections 15000] [--workers 1] [--record]
 //                    [--rounds 3] [--against <git ref>] [--flags=<node flags>] [--against-flags=<node flags>]
 //                    [--against-node <version>]
+//   npm run bench -- --box [--rounds 3]       one box: the mix and the write ceiling, one process on one
+//                                             core against WORKERS=2 on both
+//   npm run bench -- --cluster [--quick]      LiteFS: a primary and a replica (bench/cluster.ts)
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, release, totalmem } from 'node:os'
@@ -30,6 +33,8 @@ const { values: args } = parseArgs({
     workers: { type: 'string', default: '1' },
     'against-flags': { type: 'string' },
     'against-node': { type: 'string' },
+    box: { type: 'boolean', default: false },
+    cluster: { type: 'boolean', default: false },
   },
 })
 
@@ -43,7 +48,7 @@ const LABEL: Record<Endpoint, string> = {
   create: 'POST /posts',
   mix: 'mix (k6 proportions)',
 }
-const only = args.only ? (args.only.split(',') as Endpoint[]) : [...ENDPOINTS]
+const only = args.only ? (args.only.split(',') as Endpoint[]) : args.box ? ['mix', 'like', 'create'] as Endpoint[] : [...ENDPOINTS]
 for (const e of only) if (!ENDPOINTS.includes(e)) throw new Error(`--only takes ${ENDPOINTS.join(', ')}, not ${e}`)
 if (!only.includes('ceiling')) only.unshift('ceiling') // every figure is read against it
 const QUICK = args.quick
@@ -63,7 +68,8 @@ function parseDuration(text: string): number {
   return Number(match[1]) * (match[2] === 'm' ? 60 : 1)
 }
 
-type Variant = { name: string; app: string; flags: string[]; commit: string; node: string }
+// workers and cores, when given, override --workers and the server core (the --box comparison).
+type Variant = { name: string; app: string; flags: string[]; commit: string; node: string; workers?: string; cores?: string }
 
 // The commit measured, +dirty when tracked files differ from it (but for the two that --record writes).
 function commitOf(dir: string) {
@@ -95,7 +101,7 @@ type Saturation = {
 const serve = (variant: Variant | 'ceiling', seed: Seed, cgroup?: string, host = '127.0.0.1') =>
   variant === 'ceiling'
     ? startServer(join(ROOT, 'bench', 'ceiling.ts'), { cgroup })
-    : startServer(variant.app, { node: variant.node, flags: variant.flags, seed, cgroup, env: { WORKERS: args.workers, HOST: host } })
+    : startServer(variant.app, { node: variant.node, flags: variant.flags, seed, cgroup, cores: variant.cores, env: { WORKERS: variant.workers ?? args.workers, HOST: host } })
 
 async function saturate(variant: Variant | 'ceiling', endpoint: Endpoint, seed: Seed, cgroup?: string): Promise<Saturation> {
   const server = await serve(variant, seed, cgroup)
@@ -289,10 +295,14 @@ async function main() {
   mkdirSync(CACHE, { recursive: true })
   mkdirSync(RESULTS, { recursive: true })
   const seed = seededDatabase()
-  const cgroup = memoryCgroup()
   const flags = args.flags === undefined ? shippedNodeFlags() : args.flags.split(' ').filter(Boolean)
+  if (args.cluster) return runCluster(seed, flags)
+  const cgroup = memoryCgroup()
   const ours: Variant = { name: 'ours', app: join(ROOT, 'dist', 'app.js'), flags, commit: commitOf(ROOT), node: process.execPath }
   const variants = [ours]
+  // One box: the same build as WORKERS=2 on both cores (wrk shares core 0 with it: read its req/s as
+  // a floor, its CPU per request as the figure).
+  if (args.box) variants.push({ ...ours, name: 'WORKERS=2, 2 cores', workers: '2', cores: `${LOAD_CORE},${SERVER_CORE}` })
   const againstFlags = args['against-flags'] === undefined ? undefined : args['against-flags'].split(' ').filter(Boolean)
   if (args['against-node']) {
     // The same bundle and flags on another Node.
@@ -300,7 +310,7 @@ async function main() {
   } else if (args.against || againstFlags) {
     const app = args.against ? buildAgainst(args.against) : ours.app
     const commit = args.against ? sh('git', ['rev-parse', '--short', args.against]) : ours.commit
-    variants.push({ name: args.against ? `against ${args.against}` : 'against', app, flags: againstFlags ?? [], commit, node: process.execPath })
+    variants.push({ name: args.against ? `against ${args.against}` : 'against', app, flags: againstFlags ?? flags, commit, node: process.execPath })
   }
   const versions = (node: string) => sh(node, ['--input-type=module', '-e', "import { DatabaseSync } from 'node:sqlite'; console.log(`Node ${process.version}, SQLite ${new DatabaseSync(':memory:').prepare('SELECT sqlite_version() AS v').get().v}`)"])
   const sqlite = /SQLite (\S+)/.exec(versions(process.execPath))![1]
@@ -394,6 +404,17 @@ async function main() {
   } finally {
     if (cgroup.dir) rmdirSync(cgroup.dir)
   }
+}
+
+async function runCluster(seed: Seed, flags: string[]) {
+  const { clusterBench } = await import('./cluster.ts')
+  console.log(`bench ${new Date().toISOString()}: commit ${commitOf(ROOT)}, Node ${process.version}, ${cpus()[0].model} x${cpus().length}`)
+  const { report, errors } = await clusterBench({ seed, quick: QUICK, flags })
+  const file = join(RESULTS, `${new Date().toISOString().replace(/[:.]/g, '-')}-${commitOf(ROOT)}-cluster.json`)
+  writeFileSync(file, JSON.stringify({ date: new Date().toISOString(), commit: commitOf(ROOT), node: process.version, quick: QUICK, ...report }, null, 2))
+  console.log(`\nresults: ${file}`)
+  if (errors) console.log(red(`${errors} bad responses`))
+  process.exitCode = errors ? 1 : 0
 }
 
 await main()
