@@ -59,15 +59,14 @@ function litestream(command: 'restore' | 'replicate', ...args: string[]) {
   return [litestreamBinary(), [command, '-config', writeLitestreamConfig(), '-no-expand-env', ...args]] as const
 }
 
-// The binary npm installed with @flydotio/litestream (published for linux-x64 only), else one on the
-// PATH (the image's /usr/local/bin). Not npm's `litestream` wrapper in node_modules/.bin: it runs the
-// binary with spawnSync, so no signal would reach it.
+// The binary of the optional dependency @flydotio/litestream-linux-x64 (Fly.io publishes no other
+// platform), else one on the PATH (the image's /usr/local/bin).
 function litestreamBinary(): string {
   try {
     return createRequire(import.meta.url).resolve(`@flydotio/litestream-${process.platform}-${process.arch}/litestream`)
   } catch {}
   const found = (process.env.PATH ?? '').split(':')
-    .filter((dir) => dir && !dir.endsWith(join('node_modules', '.bin')))
+    .filter(Boolean)
     .map((dir) => join(dir, 'litestream'))
     .find((path) => {
       try {

@@ -5,7 +5,7 @@ import { createRequire } from 'node:module'
 import { DatabaseSync } from 'node:sqlite'
 import { type Token } from './helpers.ts'
 
-// The binary @flydotio/litestream installed (start.ts finds the same one).
+// The binary of @flydotio/litestream-linux-x64 (start.ts runs the same one).
 export const LITESTREAM = createRequire(import.meta.url).resolve(`@flydotio/litestream-${process.platform}-${process.arch}/litestream`)
 
 // Litestream's default: how often a replica is sent what is new (start.ts changes none of its settings).
