@@ -2,14 +2,14 @@
 // measured in the same run. See bench/README.md for how to read it.
 //
 //   npm run bench [-- --quick] [--only feed,mix] [--hold 5m] [--connections 15000] [--workers 1] [--record]
-//                    [--rounds 3] [--against <git ref>] [--flags=<node flags>] [--against-flags=<node flags>]
+//                    [--rounds 3] [--against <git ref>] [--flags=<node flags>] [--against-flags=<node flags>] [--replicate]
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, release, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { renderChart } from './chart.ts'
-import { CACHE, ensureTools, LOAD_CORE, log, memoryCgroup, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startServer, TICK_US, treeCpuTicks, treeMemoryKb, wrk, type Seed } from './lib.ts'
+import { CACHE, cpuTicks, ensureTools, LOAD_CORE, log, memoryCgroup, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startServer, TICK_US, treeCpuTicks, treeMemoryKb, wrk, type Seed } from './lib.ts'
 
 const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
 // New users a second while the users connect: k6 ramps to any level in 60 s, which is 1,667 a second
@@ -28,6 +28,7 @@ const { values: args } = parseArgs({
     flags: { type: 'string' },
     workers: { type: 'string', default: '1' },
     'against-flags': { type: 'string' },
+    replicate: { type: 'boolean', default: false },
   },
 })
 
@@ -61,7 +62,7 @@ function parseDuration(text: string): number {
   return Number(match[1]) * (match[2] === 'm' ? 60 : 1)
 }
 
-type Variant = { name: string; app: string; flags: string[]; commit: string }
+type Variant = { name: string; app: string; flags: string[]; commit: string; env?: Record<string, string> }
 
 // The commit measured, +dirty when tracked files differ from it (but for the two that --record writes).
 function commitOf(dir: string) {
@@ -87,23 +88,29 @@ function buildAgainst(ref: string): string {
 
 type Saturation = {
   endpoint: Endpoint; variant: string; rps: number; p50_ms: number; p99_ms: number; errors: number; error_example: string
-  cpu_us: number; server_cpu: number; load_cpu: number; peak_rss_mb: number
+  cpu_us: number; litestream_cpu_us: number; server_cpu: number; load_cpu: number; peak_rss_mb: number
 }
 
 const serve = (variant: Variant | 'ceiling', seed: Seed, cgroup?: string, host = '127.0.0.1') =>
   variant === 'ceiling'
     ? startServer(join(ROOT, 'bench', 'ceiling.ts'), { cgroup })
-    : startServer(variant.app, { flags: variant.flags, seed, cgroup, env: { WORKERS: args.workers, HOST: host } })
+    : startServer(variant.app, { flags: variant.flags, seed, cgroup, env: { WORKERS: args.workers, HOST: host, ...variant.env } })
 
 async function saturate(variant: Variant | 'ceiling', endpoint: Endpoint, seed: Seed, cgroup?: string): Promise<Saturation> {
   const server = await serve(variant, seed, cgroup)
+  // Replicated, the process started is Litestream, and the server its child.
+  const replicated = variant !== 'ceiling' && !!variant.env?.LITESTREAM_REPLICA_URL
   try {
+    // The first snapshot of the whole file is sent before anything is measured.
+    while (replicated && !/snapshot written/.test(server.stdout())) await new Promise((resolve) => setTimeout(resolve, 100))
     await wrk(server.url, endpoint, WARMUP_S, seed.tokens)
     const ticks = treeCpuTicks(server.pid)
+    const litestreamTicks = replicated ? cpuTicks(server.pid).total : 0
     const started = performance.now()
     const result = await wrk(server.url, endpoint, MEASURE_S, seed.tokens)
     const wall = performance.now() - started
     const cpuUs = (treeCpuTicks(server.pid) - ticks) * TICK_US
+    const litestreamUs = replicated ? (cpuTicks(server.pid).total - litestreamTicks) * TICK_US : 0
     return {
       endpoint,
       variant: variant === 'ceiling' ? 'ceiling' : variant.name,
@@ -113,6 +120,7 @@ async function saturate(variant: Variant | 'ceiling', endpoint: Endpoint, seed: 
       errors: result.bad + result.socket_errors,
       error_example: result.bad_example,
       cpu_us: cpuUs / result.requests,
+      litestream_cpu_us: litestreamUs / result.requests,
       server_cpu: cpuUs / (wall * 1000),
       load_cpu: result.loadCpu,
       peak_rss_mb: treeMemoryKb(server.pid, 'VmHWM') / 1024,
@@ -236,7 +244,7 @@ function summarize(runs: Saturation[], endpoint: Endpoint, variant: string) {
   const pick = (key: keyof Saturation) => median(mine.map((r) => r[key] as number))
   return {
     endpoint, variant, rounds: mine.length,
-    rps: pick('rps'), p50_ms: pick('p50_ms'), p99_ms: pick('p99_ms'), cpu_us: pick('cpu_us'),
+    rps: pick('rps'), p50_ms: pick('p50_ms'), p99_ms: pick('p99_ms'), cpu_us: pick('cpu_us'), litestream_cpu_us: pick('litestream_cpu_us'),
     server_cpu: pick('server_cpu'), load_cpu: Math.max(...mine.map((r) => r.load_cpu)), peak_rss_mb: pick('peak_rss_mb'),
     errors: mine.reduce((sum, r) => sum + r.errors, 0), error_example: mine.find((r) => r.errors)?.error_example ?? '',
   }
@@ -296,10 +304,18 @@ async function main() {
     const commit = args.against ? sh('git', ['rev-parse', '--short', args.against]) : ours.commit
     variants.push({ name: args.against ? `against ${args.against}` : 'against', app, flags: (args['against-flags'] ?? '').split(' ').filter(Boolean), commit })
   }
+  // The same server as `npm start` runs it with LITESTREAM_REPLICA_URL: under `litestream replicate`,
+  // whose CPU counts as the server's (one core holds both), replicating to a folder beside the copy.
+  if (args.replicate) {
+    variants.push({ ...ours, name: 'litestream', app: join(ROOT, 'dist', 'start.js'), env: { LITESTREAM_REPLICA_URL: REPLICA_URL } })
+  }
   const sqlite = sh(process.execPath, ['--input-type=module', '-e', "import { DatabaseSync } from 'node:sqlite'; console.log(new DatabaseSync(':memory:').prepare('SELECT sqlite_version() AS v').get().v)"])
   console.log(`bench ${new Date().toISOString()}: commit ${ours.commit}, Node ${process.version}, SQLite ${sqlite}, ${cpus()[0].model} x${cpus().length}`)
   console.log(`server on core ${SERVER_CORE} (taskset), ${cgroup.note}; load on core ${LOAD_CORE}; wrk -t1 -c64, ${WARMUP_S} s warm-up, ${MEASURE_S} s measured, ${ROUNDS} round(s)`)
-  for (const v of variants) console.log(`${v.name}: node ${[...v.flags, 'dist/app.js'].join(' ')}${args.workers !== '1' ? `, WORKERS=${args.workers}` : ''}`)
+  for (const v of variants) {
+    const replica = v.env?.LITESTREAM_REPLICA_URL ? ` under litestream replicate (dist/start.js), to ${v.env.LITESTREAM_REPLICA_URL}` : ''
+    console.log(`${v.name}: node ${[...v.flags, 'dist/app.js'].join(' ')}${args.workers !== '1' ? `, WORKERS=${args.workers}` : ''}${replica}`)
+  }
 
   const runs: Saturation[] = []
   try {
@@ -316,7 +332,7 @@ async function main() {
     const rows = only.flatMap((e) => (e === 'ceiling' ? ['ceiling'] : variants.map((v) => v.name)).map((v) => summarize(runs, e, v)).filter((r): r is Summary => !!r))
     const c0 = rows.find((r) => r.endpoint === 'ceiling')!.cpu_us
 
-    const runHold = !args.against && args['against-flags'] === undefined && (!args.only || args.hold !== undefined)
+    const runHold = variants.length === 1 && (!args.only || args.hold !== undefined)
     const hold = runHold ? await holdUsers(ours, seed, cgroup.dir) : undefined
 
     console.log('')
@@ -325,7 +341,8 @@ async function main() {
       console.log('')
       for (const e of only.filter((x) => x !== 'ceiling')) {
         const [a, b] = variants.map((v) => rows.find((r) => r.endpoint === e && r.variant === v.name)!)
-        console.log(`${LABEL[e].padEnd(22)} CPU/req ${variants[1].name} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   req/s ${fmt(b.rps / a.rps, 3)}`)
+        const litestream = b.litestream_cpu_us ? `   (Litestream itself: ${fmt(b.litestream_cpu_us, 1)} of ${fmt(b.cpu_us, 1)} us/req)` : ''
+        console.log(`${LABEL[e].padEnd(22)} CPU/req ${variants[1].name} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   req/s ${fmt(b.rps / a.rps, 3)}${litestream}`)
       }
     }
     const mix = rows.find((r) => r.endpoint === 'mix' && r.variant === 'ours')
