@@ -104,8 +104,9 @@ async function restoreIfMissing() {
 
 // Litestream takes this process's place (no process waits in between) and runs the server as its
 // child: a SIGTERM to it reaches the server, and once the server has exited, Litestream sends the
-// last frames to the replica and exits 0. The server's connections leave the checkpoints to
-// Litestream (litestream.io/tips, "Disable autocheckpoints for high write load servers").
+// last frames to the replica and exits 0 (if it has synced once: it first does a second after it
+// starts). The server's connections leave the checkpoints to Litestream (litestream.io/tips,
+// "Disable autocheckpoints for high write load servers").
 function replicate() {
   const [binary, args] = litestream('replicate', '-exec', [process.execPath, ...process.execArgv, dist('app.js')].map(quoted).join(' '))
   console.log(`start: serving ${SQLITE_PATH} under litestream replicate, to ${shown(REPLICA_URL!)}`)

@@ -14,9 +14,9 @@ export const SYNC_INTERVAL_MS = 1_000
 export type Write = { at: number; ms: number } & ({ kind: 'post'; id: number; body: string } | { kind: 'like'; userId: number; postId: number })
 
 // Lanes of concurrent writes until stop(), each creating a post and then liking it as another user,
-// so the group commit always has company. Every 201 is kept with the time it arrived and how long it
-// took; any other answer is an error. A lane ends early when the server is gone.
-export function writeStream(url: string, tokens: Token[], label: string, lanes = 16) {
+// so the group commit always has company, pausing pauseMs after each pair. Every 201 is kept with the
+// time it arrived and how long it took; any other answer is an error. A lane ends when the server is gone.
+export function writeStream(url: string, tokens: Token[], label: string, { lanes = 16, pauseMs = 0 } = {}) {
   const acknowledged: Write[] = []
   const errors: string[] = []
   let running = true
@@ -37,6 +37,7 @@ export function writeStream(url: string, tokens: Token[], label: string, lanes =
         acknowledged.push({ kind: 'post', id: post.answer.post.id, body, at: post.at, ms: post.ms })
         const like = await send(`/posts/${post.answer.post.id}/like`, liker.token)
         acknowledged.push({ kind: 'like', userId: liker.id, postId: post.answer.post.id, at: like.at, ms: like.ms })
+        if (pauseMs) await sleep(pauseMs)
       } catch (error) {
         if (error instanceof TypeError) return // fetch failed: the server is gone
         errors.push(String((error as Error).message))

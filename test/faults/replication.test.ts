@@ -163,7 +163,12 @@ describe('a clean stop, then the disk lost', () => {
 
     const stream = writeStream(server.url, tokens, 'clean stop')
     await sleep(3_000)
-    assert.equal(await server.stop('SIGTERM'), 0, 'Litestream and the server exit 0')
+    // Litestream 0.3.13 exits 1 when its last sync also calls for a checkpoint: it runs that on a
+    // context it has just cancelled. The frames are sent before it; the restore below is the proof.
+    const code = await server.stop('SIGTERM')
+    const closeBug = /error closing db.*release read lock: context canceled/.test(server.output())
+    assert.ok(code === 0 || (code === 1 && closeBug), `Litestream and the server exit 0:\n${server.output().slice(-3000)}`)
+    t.diagnostic(`exit ${code}${closeBug ? " (Litestream 0.3.13's checkpoint on a cancelled context at close)" : ''}`)
     await stream.stop()
     assert.deepEqual(stream.errors, [])
     rmSync(dir, { recursive: true })
@@ -181,8 +186,11 @@ describe('a clean stop, then the disk lost', () => {
   })
 })
 
-// A file replica whose folder turns read-only is no test of this: Litestream 0.3.13 then stops
-// replicating for good and hangs at shutdown (a pipe nobody reads; fixed upstream after 0.3.13).
+// Litestream 0.3.13 sends each WAL segment through a pipe, and a write to the replica that fails
+// before reading it all leaves the pipe full for good: replication stops, and shutdown hangs (fixed
+// upstream after 0.3.13). A file replica that turns read-only does that at once; S3 does when a
+// segment is over the uploader's 5 MB part size. So the writes here come slowly enough (one lane,
+// about 80 a second, under 0.5 MB of WAL a second) that 3 s of pending segments stay under it.
 describe('the S3 endpoint unreachable for a while (s3rver stopped, then started again)', () => {
   test('serves and writes on with no error, then catches up: a restore holds every write', async (t) => {
     const port = await freePort()
@@ -193,17 +201,17 @@ describe('the S3 endpoint unreachable for a while (s3rver stopped, then started 
       const server = await startReplicated(box.dir, 's3://feed/feed.db', s3.env)
       while (!/snapshot written/.test(server.output())) await sleep(100)
 
-      const stream = writeStream(server.url, box.tokens, 'outage')
+      const stream = writeStream(server.url, box.tokens, 'outage', { lanes: 1, pauseMs: 20 })
       await sleep(3_000)
       const cut = performance.now()
       await s3.stop()
-      await sleep(5_000)
+      await sleep(3_000)
       const back = performance.now()
       s3 = await startS3rver(port, objects)
       await sleep(3_000)
       await stream.stop()
       assert.deepEqual(stream.errors, [])
-      assert.match(server.output(), /connection refused/, 'Litestream could not reach the endpoint meanwhile')
+      assert.match(server.output(), /connection refused/, `Litestream could not reach the endpoint meanwhile:\n${server.output().slice(-3000)}`)
 
       // It catches up while it runs: restore by hand until the replica holds every write.
       const check = join(folder('check'), 'feed.db')
