@@ -19,8 +19,12 @@ const HOST = process.env.HOST || '0.0.0.0'
 const PORT = Number(process.env.PORT || 3000)
 // More than one only where one process may not hold every connection (its open-file limit).
 const WORKERS = Number(process.env.WORKERS || 1)
-// How long a write waits for another connection's write lock before it is refused with a 503.
+// How long a write waits for another connection's write lock before it is refused with a 503. Litestream
+// takes that lock for a moment at its checkpoints, and asks for 5 s (litestream.io/tips, "Busy timeout").
 const BUSY_TIMEOUT_MS = Number(process.env.BUSY_TIMEOUT_MS || 5_000)
+// WAL pages after which a commit checkpoints them into the file: SQLite's default, or 0 when another
+// process does the checkpoints (start.ts sets 0 under Litestream: litestream.io/tips).
+const WAL_AUTOCHECKPOINT = Number(process.env.WAL_AUTOCHECKPOINT || 1000)
 const MAX_BODY_BYTES = 16 * 1024
 const MAX_BODY_CHARS = 500
 
@@ -73,6 +77,7 @@ function openWrites() {
   db.exec(`
     PRAGMA journal_mode = WAL;    -- stored in the file: readers never wait for the writer
     PRAGMA synchronous = NORMAL;  -- a commit survives a process crash without an fsync of its own
+    PRAGMA wal_autocheckpoint = ${WAL_AUTOCHECKPOINT};
   `)
   return {
     db,

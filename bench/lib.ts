@@ -104,16 +104,21 @@ export function shippedNodeFlags(): string[] {
   return argv.slice(1, -1)
 }
 
-export type Server = { child: ChildProcess; pid: number; url: string; stderr: () => string; stop: () => Promise<void> }
+export type Server = { child: ChildProcess; pid: number; url: string; stdout: () => string; stderr: () => string; stop: () => Promise<void> }
+
+// Where each server's copy of the seed goes, and a replica when it has one (the --replicate variant).
+export const WORKDIR = join(CACHE, `run-${process.pid}`)
+export const REPLICA_URL = `file://${join(WORKDIR, 'replica')}`
 
 // A server run by this Node (or the given one) on the server core (or the given cores), on a fresh copy
 // of the seed when given one, in the cgroup when given one.
 export async function startServer(script: string, { node = process.execPath, flags = [], seed, cgroup, cores = SERVER_CORE, env = {} }: { node?: string; flags?: string[]; seed?: Seed; cgroup?: string; cores?: string; env?: Record<string, string> }): Promise<Server> {
-  const workdir = join(CACHE, `run-${process.pid}`)
-  mkdirSync(workdir, { recursive: true })
-  const copy = join(workdir, 'feed.db')
+  mkdirSync(WORKDIR, { recursive: true })
+  const copy = join(WORKDIR, 'feed.db')
+  // The copy, and the replica and Litestream's own files beside it when it was replicated.
   const clean = () => {
     for (const suffix of ['', '-wal', '-shm']) rmSync(copy + suffix, { force: true })
+    for (const path of [join(WORKDIR, 'replica'), join(WORKDIR, '.feed.db-litestream'), join(WORKDIR, '.feed.db-litestream.yml')]) rmSync(path, { recursive: true, force: true })
   }
   clean()
   if (seed) copyFileSync(seed.db, copy)
@@ -127,7 +132,7 @@ export async function startServer(script: string, { node = process.execPath, fla
   let stderr = ''
   child.stderr!.on('data', (chunk) => {
     stderr += chunk
-    if (!/Debugger|inspector|For help, see/.test(String(chunk))) process.stderr.write(chunk)
+    if (!/Debugger|inspector|For help, see|level=INFO/.test(String(chunk))) process.stderr.write(chunk)
   })
   const url = await new Promise<string>((resolve, reject) => {
     child.stdout!.on('data', (chunk) => {
@@ -141,6 +146,7 @@ export async function startServer(script: string, { node = process.execPath, fla
     child,
     pid: child.pid!,
     url,
+    stdout: () => output,
     stderr: () => stderr,
     stop: async () => {
       child.kill('SIGTERM')

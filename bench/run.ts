@@ -3,7 +3,7 @@
 //
 //   npm run bench [-- --quick] [--only feed,mix] [--hold 5m] [--connections 15000] [--workers 1] [--record]
 //                    [--rounds 3] [--against <git ref>] [--flags=<node flags>] [--against-flags=<node flags>]
-//                    [--against-node <version>]
+//                    [--against-node <version>] [--replicate]
 //   npm run bench -- --box [--rounds 3]       one box: the mix and the write ceiling, one process on one
 //                                             core against WORKERS=2 on both
 //   npm run bench -- --cluster [--quick]      LiteFS: a primary and a replica (bench/cluster.ts)
@@ -13,7 +13,7 @@ import { cpus, release, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { renderChart } from './chart.ts'
-import { CACHE, ensureTools, LOAD_CORE, log, memoryCgroup, nodeRelease, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startServer, TICK_US, treeCpuTicks, treeMemoryKb, wrk, type Seed } from './lib.ts'
+import { CACHE, cpuTicks, ensureTools, LOAD_CORE, log, memoryCgroup, nodeRelease, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startServer, TICK_US, treeCpuTicks, treeMemoryKb, wrk, type Seed } from './lib.ts'
 
 const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
 // New users a second while the users connect: k6 ramps to any level in 60 s, which is 1,667 a second
@@ -35,6 +35,7 @@ const { values: args } = parseArgs({
     'against-node': { type: 'string' },
     box: { type: 'boolean', default: false },
     cluster: { type: 'boolean', default: false },
+    replicate: { type: 'boolean', default: false },
   },
 })
 
@@ -68,8 +69,8 @@ function parseDuration(text: string): number {
   return Number(match[1]) * (match[2] === 'm' ? 60 : 1)
 }
 
-// workers and cores, when given, override --workers and the server core (the --box comparison).
-type Variant = { name: string; app: string; flags: string[]; commit: string; node: string; workers?: string; cores?: string }
+// workers, cores and env, when given, override --workers, the server core and the server's environment.
+type Variant = { name: string; app: string; flags: string[]; commit: string; node: string; workers?: string; cores?: string; env?: Record<string, string> }
 
 // The commit measured, +dirty when tracked files differ from it (but for the two that --record writes).
 function commitOf(dir: string) {
@@ -95,23 +96,29 @@ function buildAgainst(ref: string): string {
 
 type Saturation = {
   endpoint: Endpoint; variant: string; rps: number; p50_ms: number; p99_ms: number; errors: number; error_example: string
-  cpu_us: number; server_cpu: number; load_cpu: number; peak_rss_mb: number
+  cpu_us: number; litestream_cpu_us: number; server_cpu: number; load_cpu: number; peak_rss_mb: number
 }
 
 const serve = (variant: Variant | 'ceiling', seed: Seed, cgroup?: string, host = '127.0.0.1') =>
   variant === 'ceiling'
     ? startServer(join(ROOT, 'bench', 'ceiling.ts'), { cgroup })
-    : startServer(variant.app, { node: variant.node, flags: variant.flags, seed, cgroup, cores: variant.cores, env: { WORKERS: variant.workers ?? args.workers, HOST: host } })
+    : startServer(variant.app, { node: variant.node, flags: variant.flags, seed, cgroup, cores: variant.cores, env: { WORKERS: variant.workers ?? args.workers, HOST: host, ...variant.env } })
 
 async function saturate(variant: Variant | 'ceiling', endpoint: Endpoint, seed: Seed, cgroup?: string): Promise<Saturation> {
   const server = await serve(variant, seed, cgroup)
+  // Replicated, the process started is Litestream, and the server its child.
+  const replicated = variant !== 'ceiling' && !!variant.env?.LITESTREAM_REPLICA_URL
   try {
+    // The first snapshot of the whole file is sent before anything is measured.
+    while (replicated && !/snapshot written/.test(server.stdout())) await new Promise((resolve) => setTimeout(resolve, 100))
     await wrk(server.url, endpoint, WARMUP_S, seed.tokens)
     const ticks = treeCpuTicks(server.pid)
+    const litestreamTicks = replicated ? cpuTicks(server.pid).total : 0
     const started = performance.now()
     const result = await wrk(server.url, endpoint, MEASURE_S, seed.tokens)
     const wall = performance.now() - started
     const cpuUs = (treeCpuTicks(server.pid) - ticks) * TICK_US
+    const litestreamUs = replicated ? (cpuTicks(server.pid).total - litestreamTicks) * TICK_US : 0
     return {
       endpoint,
       variant: variant === 'ceiling' ? 'ceiling' : variant.name,
@@ -121,6 +128,7 @@ async function saturate(variant: Variant | 'ceiling', endpoint: Endpoint, seed: 
       errors: result.bad + result.socket_errors,
       error_example: result.bad_example,
       cpu_us: cpuUs / result.requests,
+      litestream_cpu_us: litestreamUs / result.requests,
       server_cpu: cpuUs / (wall * 1000),
       load_cpu: result.loadCpu,
       peak_rss_mb: treeMemoryKb(server.pid, 'VmHWM') / 1024,
@@ -244,7 +252,7 @@ function summarize(runs: Saturation[], endpoint: Endpoint, variant: string) {
   const pick = (key: keyof Saturation) => median(mine.map((r) => r[key] as number))
   return {
     endpoint, variant, rounds: mine.length,
-    rps: pick('rps'), p50_ms: pick('p50_ms'), p99_ms: pick('p99_ms'), cpu_us: pick('cpu_us'),
+    rps: pick('rps'), p50_ms: pick('p50_ms'), p99_ms: pick('p99_ms'), cpu_us: pick('cpu_us'), litestream_cpu_us: pick('litestream_cpu_us'),
     server_cpu: pick('server_cpu'), load_cpu: Math.max(...mine.map((r) => r.load_cpu)), peak_rss_mb: pick('peak_rss_mb'),
     errors: mine.reduce((sum, r) => sum + r.errors, 0), error_example: mine.find((r) => r.errors)?.error_example ?? '',
   }
@@ -312,11 +320,19 @@ async function main() {
     const commit = args.against ? sh('git', ['rev-parse', '--short', args.against]) : ours.commit
     variants.push({ name: args.against ? `against ${args.against}` : 'against', app, flags: againstFlags ?? flags, commit, node: process.execPath })
   }
+  // The same server as `npm start` runs it with LITESTREAM_REPLICA_URL: under `litestream replicate`,
+  // whose CPU counts as the server's (one core holds both), replicating to a folder beside the copy.
+  if (args.replicate) {
+    variants.push({ ...ours, name: 'litestream', app: join(ROOT, 'dist', 'start.js'), env: { LITESTREAM_REPLICA_URL: REPLICA_URL } })
+  }
   const versions = (node: string) => sh(node, ['--input-type=module', '-e', "import { DatabaseSync } from 'node:sqlite'; console.log(`Node ${process.version}, SQLite ${new DatabaseSync(':memory:').prepare('SELECT sqlite_version() AS v').get().v}`)"])
   const sqlite = /SQLite (\S+)/.exec(versions(process.execPath))![1]
   console.log(`bench ${new Date().toISOString()}: commit ${ours.commit}, Node ${process.version}, SQLite ${sqlite}, ${cpus()[0].model} x${cpus().length}`)
   console.log(`server on core ${SERVER_CORE} (taskset), ${cgroup.note}; load on core ${LOAD_CORE}; wrk -t1 -c64, ${WARMUP_S} s warm-up, ${MEASURE_S} s measured, ${ROUNDS} round(s)`)
-  for (const v of variants) console.log(`${v.name}: node ${[...v.flags, 'dist/app.js'].join(' ')}${args.workers !== '1' ? `, WORKERS=${args.workers}` : ''} (${versions(v.node)})`)
+  for (const v of variants) {
+    const replica = v.env?.LITESTREAM_REPLICA_URL ? ` under litestream replicate (dist/start.js), to ${v.env.LITESTREAM_REPLICA_URL}` : ''
+    console.log(`${v.name}: node ${[...v.flags, 'dist/app.js'].join(' ')}${args.workers !== '1' ? `, WORKERS=${args.workers}` : ''}${replica} (${versions(v.node)})`)
+  }
 
   // One users hold after the rounds; when comparing, only with --hold, and then one per variant each round.
   const comparing = variants.length > 1
@@ -347,7 +363,8 @@ async function main() {
       console.log('')
       for (const e of only.filter((x) => x !== 'ceiling')) {
         const [a, b] = variants.map((v) => rows.find((r) => r.endpoint === e && r.variant === v.name)!)
-        console.log(`${LABEL[e].padEnd(22)} CPU/req ${variants[1].name} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   req/s ${fmt(b.rps / a.rps, 3)}`)
+        const litestream = b.litestream_cpu_us ? `   (Litestream itself: ${fmt(b.litestream_cpu_us, 1)} of ${fmt(b.cpu_us, 1)} us/req)` : ''
+        console.log(`${LABEL[e].padEnd(22)} CPU/req ${variants[1].name} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   req/s ${fmt(b.rps / a.rps, 3)}${litestream}`)
       }
       if (holds.length) {
         // Medians of each variant's holds.

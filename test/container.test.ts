@@ -128,11 +128,13 @@ describe('the image, built and run by a real Docker engine as the README says', 
     docker('image', 'rm', tag)
   })
 
-  test('adds its bundles to the base image, and nothing else of size', (t) => {
+  test('adds its bundles and the Litestream binary to the base image, and nothing else of size', (t) => {
     const size = (image: string) => Number(docker('image', 'inspect', '--format', '{{.Size}}', image).stdout)
     const added = size(tag) - size(baseImage)
-    t.diagnostic(`${baseImage}: ${(size(baseImage) / 1e6).toFixed(1)} MB; the project's layers add ${(added / 1024).toFixed(0)} KB`)
-    assert.ok(added > 0 && added < 1024 * 1024, `${added} bytes`)
+    const litestream = Number(docker('run', '--rm', tag, 'stat', '-c', '%s', '/usr/local/bin/litestream').stdout)
+    t.diagnostic(`${baseImage}: ${(size(baseImage) / 1e6).toFixed(1)} MB; the project's layers add ${(added / 1e6).toFixed(1)} MB: Litestream ${(litestream / 1e6).toFixed(1)} MB, the rest ${((added - litestream) / 1024).toFixed(0)} KB`)
+    assert.ok(litestream > 0, 'the Litestream binary is in the image')
+    assert.ok(added - litestream > 0 && added - litestream < 1024 * 1024, `${added - litestream} bytes besides Litestream`)
     const listing = docker('run', '--rm', tag, 'ls', '-A', '/app', '/app/dist').stdout
     assert.equal(listing, '/app:\ndist\n\n/app/dist:\napp.js\nseed.js\nstart.js\n')
   })
