@@ -10,9 +10,10 @@ import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { ROOT, waitHealthy, type Token } from '../helpers.ts'
 
-const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }).trim()
+// Bounded, so an engine that stops answering fails the test instead of hanging it.
+const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 300_000 }).trim()
 const engine = spawnSync('docker', ['info'], { stdio: 'ignore', timeout: 20_000 }).status === 0
-const IMAGE = 'twelve-dollar-feed:replication-test'
+const IMAGE = `twelve-dollar-feed-replication-test-${process.pid}`
 
 describe('the image with LITESTREAM_REPLICA_URL, under a real Docker engine', { skip: !engine && 'no Docker engine answers `docker info` (start one with /work/shared/tools/docker-engine.sh)' }, () => {
   const work = mkdtempSync(join(tmpdir(), 'feed-docker-'))
@@ -33,6 +34,7 @@ describe('the image with LITESTREAM_REPLICA_URL, under a real Docker engine', { 
   })
   after(() => {
     for (const id of containers) spawnSync('docker', ['rm', '-f', id], { stdio: 'ignore' })
+    spawnSync('docker', ['image', 'rm', IMAGE], { stdio: 'ignore' })
     rmSync(work, { recursive: true, force: true })
   })
 
