@@ -393,6 +393,7 @@ function primaryUrl(): string {
 // On the primary, the write runs here and its response names the transaction that holds it. On a
 // replica the token is checked before anything is sent (the primary checks it again), the request
 // goes to the primary as it came, and the primary's answer comes back once this copy has caught up.
+// (Generic over the route's path so that the handler after it still knows its params, like `:id`.)
 async function forwardOnReplica<Path extends string>(c: Context<any, Path>, next: Next) {
   if (!onLiteFS) return next()
   if (!isReplica()) {
