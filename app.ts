@@ -6,8 +6,8 @@ import { verify } from 'hono/jwt'
 import cluster from 'node:cluster'
 import { once } from 'node:events'
 import { accessSync, constants, existsSync, mkdirSync, readFileSync, statfsSync, statSync } from 'node:fs'
-import { createServer, STATUS_CODES } from 'node:http'
-import { createServer as createNetServer, type AddressInfo } from 'node:net'
+import { createServer, STATUS_CODES, type IncomingMessage, type RequestListener, type ServerResponse } from 'node:http'
+import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net'
 import { dirname } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import type { Duplex } from 'node:stream'
@@ -512,13 +512,13 @@ function closeDatabase() {
 export function run() {
   if (WORKERS > 1 && cluster.isPrimary) return runWorkers()
   // A request the adapter cannot even build (a bad Host header, say) still gets the JSON error.
-  const listener = getRequestListener(app.fetch, {
+  const listener = boundPipelining(getRequestListener(app.fetch, {
     errorHandler: (error) => {
       if (error instanceof RequestError) return errorResponse(400, 'malformed request')
       console.error(error)
       return errorResponse(500, 'internal server error')
     },
-  })
+  }))
   const server = createServer(
     {
       keepAliveTimeout: 65_000, // longer than any proxy's idle timeout, so it never reuses a closed socket
@@ -534,6 +534,7 @@ export function run() {
       return listener(incoming, outgoing)
     },
   )
+  server.on('connection', stopParsingWhenClosed)
   // HTTP that cannot be parsed, headers over 16 KB, or a client too slow: the same error shape, then close.
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
     if (error.code === 'ECONNRESET' || !socket.writable) return socket.destroy()
@@ -556,6 +557,50 @@ export function run() {
   }
   process.on('SIGTERM', stop)
   process.on('SIGINT', stop)
+}
+
+// --- Pipelined requests nobody reads --------------------------------------------------------------
+// Node parses every request in what it has read from a connection (up to 64 KB: 2,000 small requests)
+// and answers each, queueing the answers behind the one being written, before it looks at whether any
+// are being taken. 200 connections that pipeline 2,000 requests each and never read took 2 GB. Here a
+// connection may have MAX_UNWRITTEN answers that the kernel has not taken yet; the request after them
+// closes it, and the answers still queued are dropped. No client in use sends ahead that far (browsers
+// and curl do not pipeline, k6 sends one request at a time), and the few that pipeline are served.
+const MAX_UNWRITTEN = 4
+const UNWRITTEN = Symbol('answers the kernel has not taken')
+type Connection = Socket & { [UNWRITTEN]?: number }
+
+function boundPipelining(listener: RequestListener): RequestListener {
+  return (incoming, outgoing) => {
+    const socket = incoming.socket as Connection
+    const ahead = socket[UNWRITTEN] ?? 0
+    if (ahead >= MAX_UNWRITTEN || socket.destroyed) return void socket.destroy()
+    socket[UNWRITTEN] = ahead + 1
+    outgoing.on('finish', written) // its last byte is with the kernel
+    // Answered once Node has parsed all it read: a connection that pipelines past the bound is closed
+    // by then, and costs no query.
+    setImmediate(answerIfOpen, listener, incoming, outgoing)
+  }
+}
+
+function answerIfOpen(listener: RequestListener, incoming: IncomingMessage, outgoing: ServerResponse) {
+  if (!incoming.socket.destroyed) listener(incoming, outgoing)
+}
+
+function written(this: ServerResponse) {
+  ;(this.req.socket as Connection)[UNWRITTEN]!--
+}
+
+// Once a connection is closed, Node still parses the rest of what it read, and builds a request and a
+// response for each, all kept until the close event: 2,000 per connection, for nothing. Its parser's
+// onIncoming callback (undocumented, but how node:http has worked since 0.x) stops the parse when it
+// returns -1. Without it the bound still holds, but 200 such connections cost 500 MB again
+// (test/hostile.test.ts fails).
+type OnIncoming = (request: IncomingMessage, keepAlive: boolean) => number
+function stopParsingWhenClosed(socket: Socket & { parser?: { onIncoming?: OnIncoming } }) {
+  const parser = socket.parser
+  const onIncoming = parser?.onIncoming
+  if (typeof onIncoming === 'function') parser!.onIncoming = (request, keepAlive) => (socket.destroyed ? -1 : onIncoming(request, keepAlive))
 }
 
 // Whole responses, written before the HTTP layer could make a request of the bytes it got.

@@ -82,6 +82,79 @@ export async function waitHealthy(url: string, timeoutMs: number): Promise<numbe
   throw new Error(`${url}/health was not 200 within ${timeoutMs / 1000} s`)
 }
 
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+// Polls until condition() holds; throws, naming what it waited for, when it has not within timeoutMs.
+export async function until(condition: () => boolean, timeoutMs: number, what: string) {
+  const deadline = performance.now() + timeoutMs
+  while (!condition()) {
+    if (performance.now() > deadline) throw new Error(`${what}: not within ${timeoutMs / 1000} s`)
+    await sleep(20)
+  }
+}
+
+// /health asked every everyMs until stop(), on a connection of its own each time, as a load balancer
+// does: how long each answer took (2 s when none came), and every answer that was not a 200.
+export function probeHealth(port: number, everyMs = 20) {
+  const latencies: number[] = []
+  const failures: string[] = []
+  let stopped = false
+  const probing = (async () => {
+    while (!stopped) {
+      const sent = performance.now()
+      const answer = await exchange(port, 'GET /health HTTP/1.1\r\nHost: probe\r\n\r\n', { timeoutMs: 2_000 })
+      latencies.push(performance.now() - sent)
+      if (answer.status !== 200) failures.push(`${answer.status ?? 'no answer'} ${answer.body}`)
+      await sleep(everyMs)
+    }
+  })()
+  return {
+    stop: async () => {
+      stopped = true
+      await probing
+      return { latencies, failures, max: Math.max(...latencies) }
+    },
+  }
+}
+
+type Attack = { connections: number; depth?: number; every?: number; seconds: number }
+
+// test/pipelining-attacker.ts in a process of its own, its connections open: go() starts the attack and
+// resolves with the attacker's "done" line; it rejects when none came within the attack's seconds and
+// 30 s more, or when the attacker did not connect within 30 s.
+export async function pipeliningAttacker(port: number, attack: Attack) {
+  const args = Object.entries(attack).flatMap(([name, value]) => [`--${name}`, String(value)])
+  const child = spawn('nice', ['-n', '19', process.execPath, join(ROOT, 'test', 'pipelining-attacker.ts'), '--port', String(port), ...args], { stdio: ['pipe', 'pipe', 'inherit'] })
+  const events: Record<string, any>[] = []
+  let buffered = ''
+  child.stdout.on('data', (chunk) => {
+    const lines = (buffered += chunk).split('\n')
+    buffered = lines.pop()!
+    events.push(...lines.map((line) => JSON.parse(line)))
+  })
+  const exited = once(child, 'exit')
+  const event = async (name: string, timeoutMs: number) => {
+    const until = performance.now() + timeoutMs
+    while (!events.some((e) => e.event === name)) {
+      if (child.exitCode !== null || performance.now() > until) {
+        child.kill('SIGKILL')
+        throw new Error(`the attacker did not say "${name}" (exit ${child.exitCode}): ${JSON.stringify(events)}`)
+      }
+      await sleep(20)
+    }
+    return events.find((e) => e.event === name)!
+  }
+  await event('connected', 30_000)
+  return {
+    go: async (): Promise<{ connections: number; open: number; requests: number }> => {
+      child.stdin.end('go\n')
+      const done = await event('done', (attack.seconds + 30) * 1000)
+      await exited
+      return done as any
+    },
+  }
+}
+
 // A port nothing listens on right now.
 export async function freePort(): Promise<number> {
   const server = createServer().listen(0, '127.0.0.1')

@@ -6,8 +6,8 @@ import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { after, before, describe, test } from 'node:test'
-import { openInspector, shippedNodeFlags } from '../bench/lib.ts'
-import { claims, DEFAULT_SECRET, exchange, freshSeededCopy, makeToken, now, startServer, type Answer, type Server } from './helpers.ts'
+import { memoryKb, openInspector, shippedNodeFlags } from '../bench/lib.ts'
+import { claims, DEFAULT_SECRET, exchange, freshSeededCopy, makeToken, now, pipeliningAttacker, probeHealth, startServer, type Answer, type Server } from './helpers.ts'
 
 const db = freshSeededCopy()
 let server: Server
@@ -281,5 +281,77 @@ describe('hostile requests', () => {
     assert.doesNotMatch(log, new RegExp(DEFAULT_SECRET))
     for (const { token } of db.tokens.slice(0, 5)) assert.ok(!log.includes(token.split('.')[2]), 'a token signature in the log')
     assert.doesNotMatch(log, /eyJ[\w-]{10,}\.[\w-]{10,}/, 'something that looks like a JWT in the log')
+  })
+})
+
+// Requests that keep coming while their answers are never read. Node would answer every request of
+// every chunk it reads and queue the answers (2 GB for the first attack below); the server closes a
+// connection once it has 4 answers the kernel has not taken. A server of its own, with the image's flags,
+// so that its memory at rest is its own.
+describe('clients that send requests and never read the answers', () => {
+  const attacked = freshSeededCopy()
+  let target: Server
+  let targetPort: number
+  before(async () => {
+    target = await startServer(process.execPath, [...shippedNodeFlags(), 'dist/app.js'], { env: { SQLITE_PATH: attacked.path } })
+    targetPort = Number(new URL(target.url).port)
+    assert.equal((await exchange(targetPort, 'GET /feed HTTP/1.1\r\nHost: test\r\n\r\n')).status, 200)
+  })
+  after(async () => {
+    await target.stop()
+    attacked.remove()
+  })
+
+  // Peak RSS over the rest, and every /health answer's time, while the attack runs.
+  async function underAttack(attack: Parameters<typeof pipeliningAttacker>[1]) {
+    const attacker = await pipeliningAttacker(targetPort, attack)
+    const rssMb = () => memoryKb(target.child.pid!, 'VmRSS') / 1024
+    const rest = rssMb()
+    let peak = rest
+    const sampler = setInterval(() => (peak = Math.max(peak, rssMb())), 20)
+    const health = probeHealth(targetPort)
+    try {
+      const result = await attacker.go()
+      return { ...result, rest, growth: peak - rest, health: await health.stop() }
+    } finally {
+      clearInterval(sampler)
+    }
+  }
+
+  test('200 connections that pipeline 2,000 GET /feed each (62 KB) are closed; RSS grows under 100 MB and /health answers within 100 ms throughout', async (t) => {
+    const attack = await underAttack({ connections: 200, depth: 2_000, seconds: 2 })
+    t.diagnostic(`${attack.requests} requests sent; RSS ${attack.rest.toFixed(0)} MB at rest, +${attack.growth.toFixed(1)} MB at peak; ` +
+      `${attack.health.latencies.length} /health probes, the slowest ${attack.health.max.toFixed(1)} ms`)
+    assert.equal(attack.open, 0, `${attack.open} of ${attack.connections} attacking connections still open`)
+    assert.ok(attack.growth < 100, `RSS grew ${attack.growth.toFixed(0)} MB`)
+    assert.deepEqual(attack.health.failures, [])
+    assert.ok(attack.health.max < 100, `/health took ${attack.health.max.toFixed(0)} ms`)
+    assert.equal((await exchange(targetPort, 'GET /feed HTTP/1.1\r\nHost: test\r\n\r\n')).status, 200)
+  })
+
+  // Not one chunk but a request every 2 ms: the kernel's buffers fill first, then the server's.
+  test('200 connections that each ask for a feed every 2 ms for 3 s and never read are closed; RSS grows under 100 MB', async (t) => {
+    const attack = await underAttack({ connections: 200, every: 2, seconds: 3 })
+    t.diagnostic(`${attack.requests} requests sent; RSS +${attack.growth.toFixed(1)} MB at peak; the slowest /health ${attack.health.max.toFixed(1)} ms`)
+    assert.equal(attack.open, 0, `${attack.open} of ${attack.connections} attacking connections still open`)
+    assert.ok(attack.growth < 100, `RSS grew ${attack.growth.toFixed(0)} MB`)
+    assert.deepEqual(attack.health.failures, [])
+  })
+
+  // A client that pipelines a few requests and reads its answers is served: the bound is on answers
+  // not yet taken, not on requests sent ahead.
+  test('4 pipelined requests are all answered, in order, on a connection that stays open', async () => {
+    const socket = connect(targetPort, '127.0.0.1')
+    let received = ''
+    socket.on('data', (chunk) => (received += chunk))
+    socket.write([1, 2, 3, 4].map((id) => `GET /posts/${id} HTTP/1.1\r\nHost: test\r\n\r\n`).join(''))
+    const until = performance.now() + 2_000
+    const ids = () => [...received.matchAll(/\{"post":\{"id":(\d+),/g)].map((m) => Number(m[1]))
+    while (ids().length < 4 && performance.now() < until) await new Promise((resolve) => setTimeout(resolve, 10))
+    const open = !socket.destroyed && socket.readyState === 'open'
+    socket.destroy()
+    assert.deepEqual(ids(), [1, 2, 3, 4])
+    assert.ok(open, 'the connection was closed')
+    assert.doesNotMatch(received, /connection: close/i)
   })
 })

@@ -3,7 +3,7 @@
 import { spawnSync } from 'node:child_process'
 import { createRequire } from 'node:module'
 import { DatabaseSync } from 'node:sqlite'
-import { type Token } from './helpers.ts'
+import { sleep, type Token } from './helpers.ts'
 
 // The binary of @flydotio/litestream-linux-x64 (start.ts runs the same one).
 export const LITESTREAM = createRequire(import.meta.url).resolve(`@flydotio/litestream-${process.platform}-${process.arch}/litestream`)
@@ -81,5 +81,3 @@ export function percentile(writes: Write[], p: number) {
   const ms = writes.map((w) => w.ms).sort((a, b) => a - b)
   return ms[Math.min(ms.length - 1, Math.floor((p / 100) * ms.length))] ?? 0
 }
-
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))

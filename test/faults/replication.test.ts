@@ -14,8 +14,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, describe, test, type TestContext } from 'node:test'
 import { processTree } from '../../bench/lib.ts'
-import { claims, freePort, makeToken, ROOT, smallDatabase, startServer, type Server, type Token } from '../helpers.ts'
-import { notIn, percentile, restoreByHand, sleep, SYNC_INTERVAL_MS, writeStream, type Write } from '../replication.ts'
+import { claims, freePort, makeToken, ROOT, sleep, smallDatabase, startServer, type Server, type Token } from '../helpers.ts'
+import { notIn, percentile, restoreByHand, SYNC_INTERVAL_MS, writeStream, type Write } from '../replication.ts'
 
 const folders: string[] = []
 const servers: Server[] = []

@@ -1,0 +1,120 @@
+// Requests that keep coming while their answers are never read, beside the challenge's users: the
+// attack of test/hostile.test.ts at its full size during a users hold, what memory does after it, and
+// connections that send one request each and never read. Slower than npm test's: holds of 10 s, and a
+// wait for the 65 s keep-alive timeout.
+import assert from 'node:assert/strict'
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { writeFileSync } from 'node:fs'
+import { connect, type Socket } from 'node:net'
+import { join } from 'node:path'
+import { after, before, describe, test } from 'node:test'
+import { memoryKb, shippedNodeFlags } from '../../bench/lib.ts'
+import { freshSeededCopy, pipeliningAttacker, probeHealth, ROOT, sleep, startServer, type Server } from '../helpers.ts'
+
+const HOLD_S = 10
+const db = freshSeededCopy()
+const tokens = join(db.dir, 'tokens.txt')
+let server: Server
+let port: number
+const rssMb = () => memoryKb(server.child.pid!, 'VmRSS') / 1024
+
+before(async () => {
+  writeFileSync(tokens, db.tokens.map((t) => t.token).join('\n') + '\n')
+  server = await startServer(process.execPath, [...shippedNodeFlags(), 'dist/app.js'], { env: { SQLITE_PATH: db.path } })
+  port = Number(new URL(server.url).port)
+})
+after(async () => {
+  await server.stop()
+  db.remove()
+})
+
+type Hold = { sent: number; answered: number; unanswered: number; errors: Record<string, number | string>; p99_ms: number; max_ms: number }
+
+// 2,000 users of bench/users.ts running the k6 loop at twice its pace (about 420 requests a second)
+// for HOLD_S seconds; resolves with its results, or rejects when they are 30 s late.
+async function holdUsers(): Promise<Hold> {
+  const child = spawn(process.execPath, [join(ROOT, 'bench', 'users.ts'), '--url', server.url, '--connections', '2000', '--think-scale', '0.5',
+    '--idle', '1', '--hold', String(HOLD_S), '--tokens', tokens], { stdio: ['ignore', 'pipe', 'inherit'] })
+  let output = ''
+  child.stdout.on('data', (chunk) => (output += chunk))
+  const timer = setTimeout(() => child.kill('SIGKILL'), (HOLD_S + 30) * 1000)
+  const [code] = await once(child, 'exit')
+  clearTimeout(timer)
+  const done = output.split('\n').filter(Boolean).map((line) => JSON.parse(line)).find((e) => e.event === 'done')
+  if (!done) throw new Error(`the users generator exited with ${code}: ${output}`)
+  return done
+}
+
+const errorCount = (hold: Hold) => Number(hold.errors.status) + Number(hold.errors.body) + Number(hold.errors.closed) + Number(hold.errors.connect) + hold.unanswered
+
+describe('the pipelining attack beside the challenge\'s users', () => {
+  test('the users see no errors and a p99 within the noise of two holds without the attack; memory is back 10 s after', async (t) => {
+    // The noise first: two holds alike, without the attack (the A/A comparison).
+    const quiet = [await holdUsers(), await holdUsers()]
+    const rest = rssMb()
+    let peak = rest
+    const sampler = setInterval(() => (peak = Math.max(peak, rssMb())), 20)
+    const attacker = await pipeliningAttacker(port, { connections: 200, depth: 2_000, seconds: 3 })
+    const attacked = holdUsers()
+    await sleep(5_000) // into the hold
+    const health = probeHealth(port)
+    const attack = await attacker.go()
+    const probes = await health.stop()
+    const endedAt = performance.now()
+    const hold = await attacked
+    clearInterval(sampler)
+    await sleep(Math.max(0, 10_000 - (performance.now() - endedAt)))
+    const after10s = rssMb()
+
+    const [a, b] = quiet.map((q) => q.p99_ms)
+    const noise = Math.abs(a - b)
+    // Three times the A/A difference, and never under 5 ms: two quiet holds can agree to the microsecond.
+    const bound = Math.max(a, b) + Math.max(3 * noise, 5)
+    t.diagnostic(`p99 without the attack ${a.toFixed(2)} and ${b.toFixed(2)} ms, with it ${hold.p99_ms.toFixed(2)} ms (bound ${bound.toFixed(2)}); ` +
+      `${hold.sent} requests, max ${hold.max_ms.toFixed(1)} ms`)
+    t.diagnostic(`RSS ${rest.toFixed(0)} MB at rest, ${peak.toFixed(0)} MB at peak, ${after10s.toFixed(0)} MB 10 s after the attack; ` +
+      `/health: ${probes.latencies.length} probes during the attack, the slowest ${probes.max.toFixed(1)} ms`)
+    for (const q of quiet) assert.equal(errorCount(q), 0, `errors without the attack: ${JSON.stringify(q.errors)}`)
+    assert.equal(attack.open, 0, `${attack.open} attacking connections still open`)
+    assert.equal(errorCount(hold), 0, `errors beside the attack: ${JSON.stringify(hold.errors)}, ${hold.unanswered} unanswered`)
+    assert.ok(hold.p99_ms <= bound, `p99 ${hold.p99_ms.toFixed(2)} ms beside the attack`)
+    assert.ok(peak - rest < 100, `RSS grew ${(peak - rest).toFixed(0)} MB`)
+    assert.ok(after10s - rest < 100, `RSS ${after10s.toFixed(0)} MB 10 s after the attack, ${rest.toFixed(0)} MB before`)
+    assert.deepEqual(probes.failures, [])
+    assert.ok(probes.max < 100, `/health took ${probes.max.toFixed(0)} ms`)
+  })
+})
+
+// Each answer fits in the kernel's buffers, so the server holds such a connection as it holds an idle
+// one (the open-file limit bounds how many), until the 65 s keep-alive timeout closes it.
+describe('connections that send one request each and never read', () => {
+  test('cost what as many readers cost, and the keep-alive timeout closes them', async (t) => {
+    const COUNT = 2_000
+    const open = async (read: boolean) => {
+      const rest = rssMb()
+      const sockets = await Promise.all(Array.from({ length: COUNT }, async () => {
+        const socket = connect(port, '127.0.0.1').on('error', () => {})
+        await once(socket, 'connect')
+        if (read) socket.on('data', () => {})
+        else socket.pause()
+        socket.write('GET /feed HTTP/1.1\r\nHost: test\r\n\r\n')
+        return socket
+      }))
+      await sleep(2_000)
+      return { sockets, kb: ((rssMb() - rest) * 1024) / COUNT }
+    }
+    const readers = await open(true)
+    for (const s of readers.sockets) s.destroy()
+    await sleep(1_000)
+    const silent = await open(false)
+    const openedAt = performance.now()
+    const closed = (s: Socket) => s.destroyed || s.readyState === 'closed'
+    for (const s of silent.sockets) s.resume().on('data', () => {}) // to see the server's close
+    while (!silent.sockets.every(closed) && performance.now() - openedAt < 75_000) await sleep(500)
+    const seconds = (performance.now() - openedAt) / 1000
+    t.diagnostic(`RSS per connection: ${readers.kb.toFixed(1)} KB reading, ${silent.kb.toFixed(1)} KB never reading; all closed after ${seconds.toFixed(1)} s`)
+    assert.ok(silent.kb < readers.kb + 5, `${silent.kb.toFixed(1)} KB a connection that never reads, ${readers.kb.toFixed(1)} KB one that does`)
+    assert.ok(silent.sockets.every(closed), `${silent.sockets.filter((s) => !closed(s)).length} still open after 75 s`)
+  })
+})
