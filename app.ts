@@ -22,6 +22,8 @@ const WORKERS = Number(process.env.WORKERS || 1)
 // How long a write waits for another connection's write lock before it is refused with a 503. Litestream
 // takes that lock for a moment at its checkpoints, and asks for 5 s (litestream.io/tips, "Busy timeout").
 const BUSY_TIMEOUT_MS = Number(process.env.BUSY_TIMEOUT_MS || 5_000)
+// How long the start waits for locks another process holds on the database (waitForDatabase).
+const START_WAIT_MS = Number(process.env.START_WAIT_MS || 30_000)
 // WAL pages after which a commit checkpoints them into the file: SQLite's default, or 0 when another
 // process does the checkpoints (start.ts sets 0 under Litestream: litestream.io/tips).
 const WAL_AUTOCHECKPOINT = Number(process.env.WAL_AUTOCHECKPOINT || 1000)
@@ -44,8 +46,7 @@ if (!existsSync(SQLITE_PATH)) {
 // Reads and writes have a connection each, so a write waiting for the lock never holds up a read.
 // Every statement is prepared once per connection. Reads return one column: the body SQLite built.
 function openReads() {
-  const db = new DatabaseSync(SQLITE_PATH, { timeout: BUSY_TIMEOUT_MS })
-  return {
+  return opened(BUSY_TIMEOUT_MS, (db) => ({
     db,
     feed: db.prepare(`
       SELECT json_object('posts', json_group_array(json_object(
@@ -67,38 +68,58 @@ function openReads() {
     postExists: db.prepare('SELECT 1 FROM posts WHERE id = ?'),
     // Reads a page of the file, where SELECT 1 would not touch it.
     ping: db.prepare('SELECT count(*) FROM sqlite_schema'),
-  }
+  }))
 }
 
 // The writer's busy timeout is 0: a write that finds the lock taken is retried on a timer
 // (commitBatch), so the event loop never sleeps in SQLite's busy handler.
 function openWrites() {
+  return opened(0, (db) => {
+    db.exec(`
+      PRAGMA journal_mode = WAL;    -- stored in the file: readers never wait for the writer
+      PRAGMA synchronous = NORMAL;  -- a commit survives a process crash without an fsync of its own
+      PRAGMA wal_autocheckpoint = ${WAL_AUTOCHECKPOINT};
+    `)
+    return {
+      db,
+      begin: db.prepare('BEGIN IMMEDIATE'),
+      commit: db.prepare('COMMIT'),
+      rollback: db.prepare('ROLLBACK'),
+      insertPost: db.prepare(`
+        INSERT INTO posts (user_id, body) VALUES ($userId, $body)
+        RETURNING json_object('post', json_object(
+          'id', id, 'body', body, 'created_at', created_at, 'author', $author, 'like_count', 0
+        )) AS json`),
+      // Inserts only when the post exists, and ignores a repeated like.
+      insertLike: db.prepare('INSERT OR IGNORE INTO likes (user_id, post_id) SELECT ?, id FROM posts WHERE id = ?'),
+    }
+  })
+}
+
+// A connection and its statements. Opening never waits on a lock another process holds (the start
+// waits on its own: waitForDatabase); afterwards its statements wait up to busyTimeoutMs.
+function opened<T>(busyTimeoutMs: number, prepare: (db: DatabaseSync) => T): T {
   const db = new DatabaseSync(SQLITE_PATH, { timeout: 0 })
-  db.exec(`
-    PRAGMA journal_mode = WAL;    -- stored in the file: readers never wait for the writer
-    PRAGMA synchronous = NORMAL;  -- a commit survives a process crash without an fsync of its own
-    PRAGMA wal_autocheckpoint = ${WAL_AUTOCHECKPOINT};
-  `)
-  return {
-    db,
-    begin: db.prepare('BEGIN IMMEDIATE'),
-    commit: db.prepare('COMMIT'),
-    rollback: db.prepare('ROLLBACK'),
-    insertPost: db.prepare(`
-      INSERT INTO posts (user_id, body) VALUES ($userId, $body)
-      RETURNING json_object('post', json_object(
-        'id', id, 'body', body, 'created_at', created_at, 'author', $author, 'like_count', 0
-      )) AS json`),
-    // Inserts only when the post exists, and ignores a repeated like.
-    insertLike: db.prepare('INSERT OR IGNORE INTO likes (user_id, post_id) SELECT ?, id FROM posts WHERE id = ?'),
+  try {
+    const connection = prepare(db)
+    db.exec(`PRAGMA busy_timeout = ${busyTimeoutMs}`)
+    return connection
+  } catch (error) {
+    db.close()
+    throw error
   }
 }
 
+// Opened at start (run), or else by the first request that needs one. After a fault that only a new
+// connection gets past (a file that was read-only, say) the writer is closed, and writer() opens another.
+type Reads = ReturnType<typeof openReads>
 type Writes = ReturnType<typeof openWrites>
-// The writer opens first, since it puts the file in WAL mode. After a fault that only a new connection
-// gets past (a file that was read-only, say) it is closed, and writer() opens another.
-let writes: Writes | undefined = openWrites()
-const reads = openReads()
+let reads: Reads | undefined
+let writes: Writes | undefined
+
+function reader(): Reads {
+  return (reads ??= openReads())
+}
 
 function writer(): Writes {
   // Opening a path with no file would create an empty one: a missing file stays a 503.
@@ -165,10 +186,10 @@ app.get('/health', () => {
   return jsonResponse(200, JSON.stringify({ status: 'ok', db: 'ok', uptime_s: Math.floor((Date.now() - startedAt) / 1000) }))
 })
 
-app.get('/feed', () => jsonResponse(200, (reads.feed.get() as JsonRow).json))
+app.get('/feed', () => jsonResponse(200, (reader().feed.get() as JsonRow).json))
 
 app.get('/posts/:id', (c) => {
-  const row = reads.post.get(parsePostId(c.req.param('id'))) as JsonRow | undefined
+  const row = reader().post.get(parsePostId(c.req.param('id'))) as JsonRow | undefined
   if (!row) throw new ApiError(404, 'post not found')
   return jsonResponse(200, row.json)
 })
@@ -184,7 +205,7 @@ app.post('/posts/:id/like', forwardOnReplica, async (c) => {
   const user = await authenticate(c)
   const postId = parsePostId(c.req.param('id'))
   const { changes } = await rejectUnknownUser(inTransaction((w) => w.insertLike.run(user.id, postId)))
-  if (changes === 0 && !reads.postExists.get(postId)) throw new ApiError(404, 'post not found')
+  if (changes === 0 && !reader().postExists.get(postId)) throw new ApiError(404, 'post not found')
   return jsonResponse(changes ? 201 : 200, JSON.stringify({ liked: true, already_liked: changes === 0, post_id: postId }))
 })
 
@@ -473,7 +494,7 @@ function pollPosition() {
 // Whatever stands between the database and a read or a write right now; /health asks on every call.
 function databaseProblem(): string | undefined {
   try {
-    reads.ping.get()
+    reader().ping.get()
     if (!existsSync(SQLITE_PATH)) return 'database file is missing'
     if (onLiteFS && isReplica()) return undefined // a replica's writes are the primary's to take
     // SQLite lets a read-only connection take the write lock; only the first write would fail.
@@ -505,12 +526,38 @@ function isWritable(path: string) {
 
 function closeDatabase() {
   writes?.db.close()
-  reads.db.close()
+  reads?.db.close()
 }
 
-// Serve until SIGTERM or SIGINT, then finish in-flight requests, close the database and exit 0.
-export function run() {
+// Another process may hold the database's locks for a while at start: LiteFS writing a new replica's
+// copy into it, or a long transaction elsewhere. The start waits for them, and says so, for up to
+// START_WAIT_MS; then it serves anyway: /health says the database is busy, and the first request to
+// find it free opens the connections. On a replica the writer stays closed: opening it sets the journal
+// mode, a write, and a replica's writes are the primary's.
+async function waitForDatabase() {
+  const started = Date.now()
+  for (let waited = false; ; waited = true) {
+    try {
+      reader()
+      if (!(onLiteFS && isReplica())) writer()
+      if (waited) console.log(`start: ${SQLITE_PATH} is free after ${((Date.now() - started) / 1000).toFixed(1)} s`)
+      return
+    } catch (error) {
+      if (databaseTrouble(error) !== 'database is busy') throw error
+      if (Date.now() - started >= START_WAIT_MS) {
+        return console.warn(`start: ${SQLITE_PATH} is still locked after ${START_WAIT_MS / 1000} s; serving, and /health says the database is busy until it is free`)
+      }
+      if (!waited) console.log(`start: ${SQLITE_PATH} is locked by another process (LiteFS writing this replica's copy, or a long transaction); waiting up to ${START_WAIT_MS / 1000} s`)
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+  }
+}
+
+// Open the database, serve until SIGTERM or SIGINT, then finish in-flight requests, close the database
+// and exit 0.
+export async function run() {
   if (WORKERS > 1 && cluster.isPrimary) return runWorkers()
+  await waitForDatabase()
   // A request the adapter cannot even build (a bad Host header, say) still gets the JSON error.
   const listener = boundPipelining(getRequestListener(app.fetch, {
     errorHandler: (error) => {
@@ -619,7 +666,6 @@ const CLIENT_ERRORS: Record<string, string> = {
 // WORKERS processes on one port, each with its own database connections; WAL and the lock retries
 // keep their writes safe. A worker that dies is replaced; SIGTERM stops them all and exits 0.
 async function runWorkers() {
-  closeDatabase()
   // Port 0 would give every worker a different port: choose one for all of them.
   const port = PORT || (await freePort())
   let stoppingWorkers = false

@@ -8,7 +8,7 @@ import { dirname, join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import { after, before, describe, test } from 'node:test'
 import { contractTests, goldenTests } from './contract.ts'
-import { claims, freePort, makeToken, ROOT, startServer, type Server, type Token } from './helpers.ts'
+import { claims, freePort, makeToken, ROOT, startServer, until, waitHealthy, type Server, type Token } from './helpers.ts'
 import { caughtUpWith, litefsBinary, startCluster, whyNoLiteFS, type Cluster, type LiteFSNode } from './litefs.ts'
 
 const skip = whyNoLiteFS()
@@ -180,6 +180,68 @@ describe('a LiteFS cluster: node a primary, b and c replicas', { skip }, () => {
       assert.equal((await fetch(`${url(1)}/health`)).status, 200)
       assert.doesNotMatch(b.log(), /read only replica/, 'LiteFS saw a write on the replica')
     })
+  })
+})
+
+// A new replica gets the whole database as one snapshot, and LiteFS holds the file's locks while it
+// writes it: an API started the moment the file shows waits for them, and never writes to the file.
+describe('a new replica: the API started while LiteFS writes the database into it', { skip }, () => {
+  let fresh: Cluster
+  const started: Server[] = []
+  after(async () => {
+    await Promise.all(started.map((api) => api.stop('SIGKILL')))
+    await fresh?.stop()
+  })
+
+  test('waits for the copy, is healthy, serves reads and forwarded writes; then 20 restarts under writes on the primary', async (t) => {
+    fresh = await startCluster({ nodes: 2, seed, unstarted: 1 })
+    const [a, b] = fresh.nodes
+    const primary = await startApi(a)
+    started.push(primary)
+    const joining = b.restart()
+    joining.catch(() => {}) // awaited below; a start that fails first must not leave it unhandled
+    await until(() => existsSync(b.dbPath), 30_000, "the database on the new replica's mount")
+    const shownAt = performance.now()
+    let replica = await startApi(b)
+    started.push(replica)
+    await waitHealthy(replica.url, 30_000)
+    await joining
+    t.diagnostic(`healthy ${((performance.now() - shownAt) / 1000).toFixed(1)} s after the database showed`)
+    assert.match(replica.output(), /is locked by another process .* waiting up to/, 'the start waited for the copy, and said so')
+    assert.equal(await (await fetch(`${replica.url}/posts/1`)).text(), readFileSync(join(ROOT, 'test', 'golden', 'post-1.json'), 'utf8'))
+    assert.equal((await post(replica.url, '/posts/1/like', tokens[18_000].token)).status, 201)
+
+    // A steady stream of likes on the primary meanwhile, each a transaction LiteFS sends the replica.
+    let writing = true
+    let likes = 0
+    const failed: string[] = []
+    const stream = (async () => {
+      for (let i = 0; writing; i++) {
+        const res = await post(primary.url, `/posts/${1 + ((i * 7919) % 500_000)}/like`, tokens[18_001 + (i % 1000)].token)
+        if (res.status === 201 || res.status === 200) likes++
+        else failed.push(`${res.status} ${await res.text()}`)
+        await res.arrayBuffer().catch(() => {})
+      }
+    })()
+    try {
+      for (let restart = 1; restart <= 20; restart++) {
+        assert.equal(await replica.stop(), 0)
+        started.pop()
+        replica = await startApi(b)
+        started.push(replica)
+        await waitHealthy(replica.url, 30_000)
+        assert.equal((await fetch(`${replica.url}/feed`)).status, 200, `restart ${restart}: the feed`)
+        const forwarded = await post(replica.url, '/posts', tokens[19_000 + restart].token, { body: `restart ${restart}` })
+        assert.equal(forwarded.status, 201, `restart ${restart}: a forwarded write: ${await forwarded.text()}`)
+      }
+    } finally {
+      writing = false
+      await stream
+    }
+    t.diagnostic(`${likes} likes on the primary during the 20 restarts`)
+    assert.deepEqual(failed, [])
+    assert.ok(likes > 100, `only ${likes} likes on the primary`)
+    assert.doesNotMatch(b.log(), /read only replica/, 'the replica saw a write to its file')
   })
 })
 

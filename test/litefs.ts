@@ -52,10 +52,11 @@ type ClusterOptions = {
   nodes: number
   seed: string // a SQLite database in WAL mode, imported once into the primary
   cores?: string // taskset every LiteFS process to these cores (the bench)
+  unstarted?: number // the last so many replicas are left for the caller to start (restart()), as new nodes
 }
 
-// The primary is up and the seed imported; every replica has caught up with it.
-export async function startCluster({ nodes: count, seed, cores }: ClusterOptions): Promise<Cluster> {
+// The primary is up and the seed imported; every replica started has caught up with it.
+export async function startCluster({ nodes: count, seed, cores, unstarted = 0 }: ClusterOptions): Promise<Cluster> {
   const bin = litefsBinary()!
   const dir = mkdtempSync(join(tmpdir(), 'litefs-'))
   const apiPorts = await Promise.all(Array.from({ length: count }, () => freePort()))
@@ -84,8 +85,9 @@ export async function startCluster({ nodes: count, seed, cores }: ClusterOptions
     }
     await nodes[0].restart()
     execFileSync(bin, ['import', '-url', nodes[0].url, '-name', DB_NAME, seed], { stdio: 'pipe' })
-    await Promise.all(nodes.slice(1).map((node) => node.restart()))
-    await Promise.all(nodes.slice(1).map((node) => caughtUpWith(node, nodes[0].position(), 60_000)))
+    const replicas = nodes.slice(1, count - unstarted)
+    await Promise.all(replicas.map((node) => node.restart()))
+    await Promise.all(replicas.map((node) => caughtUpWith(node, nodes[0].position(), 60_000)))
   } catch (error) {
     await stopNodes(nodes, dir)
     throw error

@@ -183,3 +183,51 @@ describe('the database file goes missing', () => {
   })
 })
 
+
+// At start, not while serving: another process holds every lock on the file (an exclusive locking
+// mode, as LiteFS does while it writes a new replica's copy). The start waits, says so, and never
+// crashes; past START_WAIT_MS it serves, with /health and reads saying the database is busy.
+describe('another process holds every lock on the file when the server starts', () => {
+  const db = smallDatabase()
+  after(() => db.remove())
+  const holdEverything = () => {
+    const holder = new DatabaseSync(db.path, { timeout: 0 })
+    holder.exec('PRAGMA locking_mode = EXCLUSIVE; BEGIN EXCLUSIVE')
+    return () => holder.close()
+  }
+
+  test('a lock released within START_WAIT_MS: the start waits for it, then serves', async () => {
+    const release = holdEverything()
+    giveTo(asUser, db.dir)
+    const { node, app } = runnableByUser()
+    const starting = startServer(node, [app], { env: { SQLITE_PATH: db.path, JWT_SECRET: 'twelve-dollar-challenge' }, ...asUser })
+    await new Promise((resolve) => setTimeout(resolve, 1_500))
+    release()
+    const server = await starting
+    try {
+      assert.match(server.output(), /is locked by another process .* waiting up to 30 s/)
+      assert.match(server.output(), /is free after \d+\.\d s/)
+      await expectHealthy(server, db)
+    } finally {
+      await server.stop()
+    }
+  })
+
+  test('a lock held past START_WAIT_MS: the server serves anyway, says busy, and recovers when it is released', async () => {
+    const release = holdEverything()
+    let server: Server | undefined
+    try {
+      giveTo(asUser, db.dir)
+      const { node, app } = runnableByUser()
+      server = await startServer(node, [app], { env: { SQLITE_PATH: db.path, JWT_SECRET: 'twelve-dollar-challenge', START_WAIT_MS: '1000' }, ...asUser })
+      assert.match(server.output(), /is still locked after 1 s; serving/)
+      await expectDegraded(server, 'database is busy')
+      await expect503(await fetch(`${server.url}/feed`), 'database is busy')
+      await expect503(await create(server, db, 'while it is locked'), 'database is busy')
+    } finally {
+      release()
+    }
+    await expectHealthy(server, db)
+    await server.stop()
+  })
+})
