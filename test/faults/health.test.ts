@@ -1,0 +1,62 @@
+// /health while every write succeeds: another process that takes the write lock for a moment (Litestream
+// at its checkpoints, the other worker of WORKERS=2 at its commits) is no fault, and /health must not
+// say degraded for it. The faults it does report are test/faults/database.test.ts's.
+import assert from 'node:assert/strict'
+import { join } from 'node:path'
+import { after, describe, test, type TestContext } from 'node:test'
+import { claims, makeToken, probeHealth, sleep, smallDatabase, startServer, until, type Server, type Token } from '../helpers.ts'
+import { writeStream } from '../replication.ts'
+
+const WRITING_S = 15
+
+// 16 lanes of posts and likes at full rate for WRITING_S seconds, /health asked every 20 ms meanwhile.
+async function writesAndProbes(t: TestContext, server: Server, tokens: Token[]) {
+  const port = Number(new URL(server.url).port)
+  const stream = writeStream(server.url, tokens, 'health')
+  const health = probeHealth(port, 20)
+  await sleep(WRITING_S * 1000)
+  const probes = await health.stop()
+  await stream.stop()
+  const sorted = [...probes.latencies].sort((a, b) => a - b)
+  t.diagnostic(`${stream.acknowledged.length} writes acknowledged, ${stream.errors.length} failed; ${probes.latencies.length} /health probes, ` +
+    `${probes.failures.length} not 200; /health p99 ${sorted[Math.floor(sorted.length * 0.99)].toFixed(1)} ms, max ${probes.max.toFixed(1)} ms`)
+  assert.deepEqual(stream.errors.slice(0, 5), [], `${stream.errors.length} writes failed`)
+  assert.ok(stream.acknowledged.length > 1_000, `only ${stream.acknowledged.length} writes in ${WRITING_S} s`)
+  assert.deepEqual(probes.failures.slice(0, 5), [], `${probes.failures.length} of ${probes.latencies.length} probes were not 200`)
+}
+
+async function box() {
+  const db = smallDatabase()
+  const tokens = await Promise.all(Array.from({ length: 50 }, async (_, i) => ({ id: i + 1, username: `user_${i + 1}`, token: await makeToken(claims(String(i + 1))) })))
+  return { db, tokens }
+}
+
+describe('/health under writes at full rate', () => {
+  const servers: Server[] = []
+  const boxes: Awaited<ReturnType<typeof box>>[] = []
+  after(async () => {
+    for (const server of servers) await server.stop()
+    for (const { db } of boxes) db.remove()
+  })
+
+  test('replicated by Litestream (npm start with a file replica): never a 503', async (t) => {
+    const b = await box()
+    boxes.push(b)
+    const server = await startServer(process.execPath, ['dist/start.js'], {
+      env: { SQLITE_PATH: b.db.path, LITESTREAM_REPLICA_URL: `file://${join(b.db.dir, 'replica')}` },
+    })
+    servers.push(server)
+    // Litestream first looks at the database a second after it starts; from then on it checkpoints.
+    await until(() => /snapshot written/.test(server.output()), 10_000, 'Litestream\'s first snapshot')
+    await writesAndProbes(t, server, b.tokens)
+  })
+
+  test('with WORKERS=2, each worker committing beside the other: never a 503', async (t) => {
+    const b = await box()
+    boxes.push(b)
+    const server = await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: b.db.path, WORKERS: '2' } })
+    servers.push(server)
+    await until(() => (server.output().match(/listening on/g) ?? []).length === 2, 10_000, 'both workers listening')
+    await writesAndProbes(t, server, b.tokens)
+  })
+})
