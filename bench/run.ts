@@ -35,6 +35,8 @@ const { values: args } = parseArgs({
     'against-node': { type: 'string' },
     box: { type: 'boolean', default: false },
     cluster: { type: 'boolean', default: false },
+    instructions: { type: 'boolean', default: false },
+    check: { type: 'boolean', default: false },
     replicate: { type: 'boolean', default: false },
   },
 })
@@ -305,6 +307,7 @@ async function main() {
   const seed = seededDatabase()
   const flags = args.flags === undefined ? shippedNodeFlags() : args.flags.split(' ').filter(Boolean)
   if (args.cluster) return runCluster(seed, flags)
+  if (args.instructions) return runInstructions(seed, flags)
   const cgroup = memoryCgroup()
   const ours: Variant = { name: 'ours', app: join(ROOT, 'dist', 'app.js'), flags, commit: commitOf(ROOT), node: process.execPath }
   const variants = [ours]
@@ -421,6 +424,25 @@ async function main() {
   } finally {
     if (cgroup.dir) rmdirSync(cgroup.dir)
   }
+}
+
+// Instructions, syscalls and CPU time a request, counted (bench/instructions.ts); --check is CI's guard.
+async function runInstructions(seed: Seed, flags: string[]) {
+  const { checkBaseline, instructionsBench, recordBaseline, saveResult } = await import('./instructions.ts')
+  const { KINDS } = await import('./sequence.ts')
+  const packages: Record<string, string> = { valgrind: 'valgrind', setarch: 'util-linux', perf: 'linux-perf' }
+  const missing = Object.keys(packages).filter((tool) => (tool !== 'perf' || !args.check) && spawnSync('which', [tool]).status !== 0)
+  if (missing.length) throw new Error(`--instructions needs ${missing.join(', ')}: apt-get install ${missing.map((t) => packages[t]).join(' ')}`)
+  if (args.check) {
+    process.exitCode = (await checkBaseline({ seed, flags })) ? 0 : 1
+    return
+  }
+  const kinds = only.filter((e) => e !== 'ceiling') as (typeof KINDS)[number][]
+  const against = args.against ? { ref: args.against, app: buildAgainst(args.against) } : undefined
+  console.log(`bench ${new Date().toISOString()}: commit ${commitOf(ROOT)}, Node ${process.version}`)
+  const result = await instructionsBench({ seed, flags, only: kinds, against })
+  saveResult({ date: new Date().toISOString(), commit: commitOf(ROOT), node: process.version, ...result }, commitOf(ROOT))
+  if (args.record) recordBaseline(result, commitOf(ROOT))
 }
 
 async function runCluster(seed: Seed, flags: string[]) {

@@ -5,7 +5,8 @@ import { execFileSync, spawnSync } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
-import { freshSeededCopy, ROOT, startServer, type Server } from './helpers.ts'
+import { send, sequence } from '../bench/sequence.ts'
+import { exchange, freshSeededCopy, ROOT, startServer, type Server } from './helpers.ts'
 
 const hasWrk = spawnSync('which', ['wrk']).status === 0
 const db = freshSeededCopy()
@@ -64,5 +65,58 @@ describe('bench/users.ts', () => {
     const result = users(ceiling.url)
     assert.ok(result.errors.body > 0, 'posts, likes and creates get a feed body from the ceiling')
     assert.ok(result.answered < result.sent)
+  })
+})
+
+// The floor is only a floor if it does the same work: the same answers, byte for byte but for the
+// new post's id and time, to the requests the instruction counts send.
+describe('bench/floor.ts', () => {
+  const [oursDb, floorDb] = [freshSeededCopy(), freshSeededCopy()]
+  let ours: Server
+  let floor: Server
+  before(async () => {
+    ours = await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: oursDb.path } })
+    floor = await startServer(process.execPath, ['bench/floor.ts'], { env: { SQLITE_PATH: floorDb.path } })
+  })
+  after(async () => {
+    await Promise.all([ours.stop(), floor.stop()])
+    oursDb.remove()
+    floorDb.remove()
+  })
+  const ask = (server: Server, bytes: string) => exchange(Number(new URL(server.url).port), bytes)
+
+  test('answers the goldens, a like twice and a new post as ours does, headers included', async () => {
+    const token = db.tokens[0].token
+    const requests = [
+      'GET /feed HTTP/1.1\r\nHost: t\r\n\r\n', 'GET /posts/1 HTTP/1.1\r\nHost: t\r\n\r\n', 'GET /posts/500001 HTTP/1.1\r\nHost: t\r\n\r\n',
+      `POST /posts/7/like HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${token}\r\nContent-Length: 0\r\n\r\n`,
+      `POST /posts/7/like HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${token}\r\nContent-Length: 0\r\n\r\n`,
+      `POST /posts HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${token}\r\nContent-Length: 18\r\n\r\n{"body":" hello "}`,
+    ]
+    const withoutDate = (raw: string) => raw.replace(/^date: .*\r\n/im, '').replace(/"id":500001,(.*)"created_at":"[^"]+"/, '"id":500001,$1"created_at":"…"')
+    for (const bytes of requests) {
+      const [mine, theirs] = [await ask(ours, bytes), await ask(floor, bytes)]
+      assert.equal(withoutDate(theirs.raw).toLowerCase(), withoutDate(mine.raw).toLowerCase(), bytes.split('\r\n')[0])
+    }
+  })
+
+  test('refuses a token signed with another secret', async () => {
+    const [header, payload] = db.tokens[0].token.split('.')
+    const answer = await ask(floor, `POST /posts/1/like HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${header}.${payload}.AAAA\r\nContent-Length: 0\r\n\r\n`)
+    assert.equal(answer.status, 401)
+  })
+})
+
+describe('bench/sequence.ts', () => {
+  test('is the same sequence on every call, and sends every kind with every answer checked', async () => {
+    const list = db.tokens.map((t) => t.token)
+    assert.deepEqual(sequence('mix', 500, list), sequence('mix', 500, list))
+    const kinds = new Set(sequence('mix', 500, list).map((r) => r.kind))
+    assert.deepEqual([...kinds].sort(), ['create', 'feed', 'like', 'post'])
+    for (const kind of ['feed', 'post', 'like', 'create', 'mix'] as const) await send(Number(new URL(app.url).port), sequence(kind, 50, list))
+  })
+
+  test('rejects at the first answer that is not what the kind expects', async () => {
+    await assert.rejects(send(Number(new URL(ceiling.url).port), sequence('post', 5, [])), /post 0: 200 \{"posts"/)
   })
 })
