@@ -97,8 +97,10 @@ function openWrites() {
 }
 
 // A connection and its statements. Opening never waits on a lock another process holds (the start
-// waits on its own: waitForDatabase); afterwards its statements wait up to busyTimeoutMs.
+// waits on its own: waitForDatabase); afterwards its statements wait up to busyTimeoutMs. Opening a
+// path with no file would create an empty one: a missing file stays a 503.
 function opened<T>(busyTimeoutMs: number, prepare: (db: DatabaseSync) => T): T {
+  if (!existsSync(SQLITE_PATH)) throw new ApiError(503, 'database file is missing')
   const db = new DatabaseSync(SQLITE_PATH, { timeout: 0 })
   try {
     const connection = prepare(db)
@@ -122,8 +124,6 @@ function reader(): Reads {
 }
 
 function writer(): Writes {
-  // Opening a path with no file would create an empty one: a missing file stays a 503.
-  if (!writes && !existsSync(SQLITE_PATH)) throw new ApiError(503, 'database file is missing')
   return (writes ??= openWrites())
 }
 
