@@ -5,9 +5,10 @@ import { connect, type Socket } from 'node:net'
 
 export const KINDS = ['feed', 'post', 'like', 'create', 'mix'] as const
 export type Kind = (typeof KINDS)[number]
-type Single = Exclude<Kind, 'mix'>
+export type Single = Exclude<Kind, 'mix'>
 
-const EXPECT: Record<Single, [number[], string]> = {
+// What each kind's answer must be: its statuses and how its body starts (bench/users.ts checks the same).
+export const EXPECT: Record<Single, [number[], string]> = {
   feed: [[200], '{"posts":[{"id":'],
   post: [[200], '{"post":{"id":'],
   like: [[200, 201], '{"liked":true,'],
@@ -44,7 +45,8 @@ export function sequence(kind: Kind, count: number, tokens: string[]): Request[]
   return requests
 }
 
-function requestBytes(kind: Single, postId: number, token: string, i: number): string {
+// One request of the kind, as bytes; i numbers a new post's body.
+export function requestBytes(kind: Single, postId: number, token: string, i: number): string {
   switch (kind) {
     case 'feed':
       return 'GET /feed HTTP/1.1\r\nHost: bench\r\n\r\n'
@@ -53,7 +55,7 @@ function requestBytes(kind: Single, postId: number, token: string, i: number): s
     case 'like':
       return `POST /posts/${postId}/like HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer ${token}\r\nContent-Length: 0\r\n\r\n`
     case 'create': {
-      const body = `{"body":"Counted post number ${i}."}`
+      const body = `{"body":"A user post, number ${i}."}`
       return `POST /posts HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
     }
   }

@@ -19,6 +19,7 @@
 import { readFileSync, writeFileSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import { parseArgs } from 'node:util'
+import { EXPECT, requestBytes, type Single as Kind } from './sequence.ts'
 
 const { values: opts } = parseArgs({
   options: {
@@ -42,32 +43,9 @@ const POSTS = Number(opts.posts)
 const THINK_SCALE = Number(opts['think-scale'])
 const RAMP_S = Number(opts.ramp)
 
-type Kind = 'feed' | 'post' | 'like' | 'create'
-const EXPECT: Record<Kind, [number[], string]> = {
-  feed: [[200], '{"posts":[{"id":'],
-  post: [[200], '{"post":{"id":'],
-  like: [[200, 201], '{"liked":true,'],
-  create: [[201], '{"post":{"id":'],
-}
-
 const token = () => TOKENS[Math.floor(Math.random() * TOKENS.length)]
 const between = (min: number, max: number) => (min + Math.random() * (max - min)) * 1000 * THINK_SCALE
 let created = 0
-
-function requestBytes(kind: Kind, postId: number): string {
-  switch (kind) {
-    case 'feed':
-      return 'GET /feed HTTP/1.1\r\nHost: bench\r\n\r\n'
-    case 'post':
-      return `GET /posts/${postId} HTTP/1.1\r\nHost: bench\r\n\r\n`
-    case 'like':
-      return `POST /posts/${postId}/like HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer ${token()}\r\nContent-Length: 0\r\n\r\n`
-    case 'create': {
-      const body = `{"body":"A user post, number ${++created}."}`
-      return `POST /posts HTTP/1.1\r\nHost: bench\r\nAuthorization: Bearer ${token()}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
-    }
-  }
-}
 
 type User = {
   socket: Socket
@@ -123,7 +101,7 @@ function ask(u: User, kind: Kind, postId = 0): Promise<string | undefined> {
   if (measuring) sent++
   return new Promise((resolve) => {
     u.answered = (status, body) => resolve(status < 300 ? body : undefined)
-    u.socket.write(requestBytes(kind, postId))
+    u.socket.write(requestBytes(kind, postId, token(), kind === 'create' ? ++created : 0))
   })
 }
 
