@@ -7,7 +7,7 @@ import { after, describe, test, type TestContext } from 'node:test'
 import { claims, makeToken, probeHealth, sleep, smallDatabase, startServer, until, type Server, type Token } from '../helpers.ts'
 import { writeStream } from '../replication.ts'
 
-const WRITING_S = 15
+const WRITING_S = 10
 
 // 16 lanes of posts and likes at full rate for WRITING_S seconds, /health asked every 20 ms meanwhile.
 async function writesAndProbes(t: TestContext, server: Server, tokens: Token[]) {

@@ -1,7 +1,8 @@
 // Requests that keep coming while their answers are never read, beside the challenge's users: the
 // attack of test/hostile.test.ts at its full size during a users hold, what memory does after it, and
-// connections that send one request each and never read. Slower than npm test's: holds of 10 s, and a
-// wait for the 65 s keep-alive timeout.
+// connections that send one request each and never read. Slower than npm test's: holds of 20 s (the
+// attack, one burst, is then well under 1% of the requests), and a wait for the 65 s keep-alive
+// timeout, which runs beside the holds, on a server of its own.
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
@@ -12,28 +13,30 @@ import { after, before, describe, test } from 'node:test'
 import { memoryKb, shippedNodeFlags } from '../../bench/lib.ts'
 import { freshSeededCopy, pipeliningAttacker, probeHealth, ROOT, sleep, startServer, type Server } from '../helpers.ts'
 
-const HOLD_S = 10
-const db = freshSeededCopy()
-const tokens = join(db.dir, 'tokens.txt')
-let server: Server
-let port: number
-const rssMb = () => memoryKb(server.child.pid!, 'VmRSS') / 1024
+const HOLD_S = 20
+const rssMb = (server: Server) => memoryKb(server.child.pid!, 'VmRSS') / 1024
 
-before(async () => {
-  writeFileSync(tokens, db.tokens.map((t) => t.token).join('\n') + '\n')
-  server = await startServer(process.execPath, [...shippedNodeFlags(), 'dist/app.js'], { env: { SQLITE_PATH: db.path } })
-  port = Number(new URL(server.url).port)
-})
-after(async () => {
-  await server.stop()
-  db.remove()
-})
+// A server with the image's flags on a fresh copy of the seed: started before the describe's tests,
+// stopped after them.
+function aServer() {
+  const db = freshSeededCopy()
+  const started = { db, server: undefined as unknown as Server, port: 0 }
+  before(async () => {
+    started.server = await startServer(process.execPath, [...shippedNodeFlags(), 'dist/app.js'], { env: { SQLITE_PATH: db.path } })
+    started.port = Number(new URL(started.server.url).port)
+  })
+  after(async () => {
+    await started.server?.stop()
+    db.remove()
+  })
+  return started
+}
 
 type Hold = { sent: number; answered: number; unanswered: number; errors: Record<string, number | string>; p99_ms: number; max_ms: number }
 
 // 2,000 users of bench/users.ts running the k6 loop at twice its pace (about 420 requests a second)
 // for HOLD_S seconds; resolves with its results, or rejects when they are 30 s late.
-async function holdUsers(): Promise<Hold> {
+async function holdUsers(server: Server, tokens: string): Promise<Hold> {
   const child = spawn(process.execPath, [join(ROOT, 'bench', 'users.ts'), '--url', server.url, '--connections', '2000', '--think-scale', '0.5',
     '--idle', '1', '--hold', String(HOLD_S), '--tokens', tokens], { stdio: ['ignore', 'pipe', 'inherit'] })
   let output = ''
@@ -48,15 +51,22 @@ async function holdUsers(): Promise<Hold> {
 
 const errorCount = (hold: Hold) => Number(hold.errors.status) + Number(hold.errors.body) + Number(hold.errors.closed) + Number(hold.errors.connect) + hold.unanswered
 
-describe('the pipelining attack beside the challenge\'s users', () => {
-  test('the users see no errors and a p99 within the noise of two holds without the attack; memory is back 10 s after', async (t) => {
+// Side by side, on a server each: the second test mostly waits for the keep-alive timeout.
+describe('pipelined and unread answers', { concurrency: true }, () => {
+  const underAttack = aServer()
+  const idle = aServer()
+
+  test('beside the pipelining attack, the users see no errors and a p99 within the noise of two holds without the attack; memory is back 10 s after', async (t) => {
+    const { server, port, db } = underAttack
+    const tokens = join(db.dir, 'tokens.txt')
+    writeFileSync(tokens, db.tokens.map((token) => token.token).join('\n') + '\n')
     // The noise first: two holds alike, without the attack (the A/A comparison).
-    const quiet = [await holdUsers(), await holdUsers()]
-    const rest = rssMb()
+    const quiet = [await holdUsers(server, tokens), await holdUsers(server, tokens)]
+    const rest = rssMb(server)
     let peak = rest
-    const sampler = setInterval(() => (peak = Math.max(peak, rssMb())), 20)
+    const sampler = setInterval(() => (peak = Math.max(peak, rssMb(server))), 20)
     const attacker = await pipeliningAttacker(port, { connections: 200, depth: 2_000, seconds: 3 })
-    const attacked = holdUsers()
+    const attacked = holdUsers(server, tokens)
     await sleep(5_000) // into the hold
     const health = probeHealth(port)
     const attack = await attacker.go()
@@ -65,11 +75,12 @@ describe('the pipelining attack beside the challenge\'s users', () => {
     const hold = await attacked
     clearInterval(sampler)
     await sleep(Math.max(0, 10_000 - (performance.now() - endedAt)))
-    const after10s = rssMb()
+    const after10s = rssMb(server)
 
     const [a, b] = quiet.map((q) => q.p99_ms)
     const noise = Math.abs(a - b)
-    // Three times the A/A difference, and never under 5 ms: two quiet holds can agree to the microsecond.
+    // Three times the A/A difference, and never under 5 ms: two quiet holds can agree to the
+    // microsecond in one run and differ by 6 ms in another (3.8 and 10.1 ms, seen here).
     const bound = Math.max(a, b) + Math.max(3 * noise, 5)
     t.diagnostic(`p99 without the attack ${a.toFixed(2)} and ${b.toFixed(2)} ms, with it ${hold.p99_ms.toFixed(2)} ms (bound ${bound.toFixed(2)}); ` +
       `${hold.sent} requests, max ${hold.max_ms.toFixed(1)} ms`)
@@ -84,15 +95,14 @@ describe('the pipelining attack beside the challenge\'s users', () => {
     assert.deepEqual(probes.failures, [])
     assert.ok(probes.max < 100, `/health took ${probes.max.toFixed(0)} ms`)
   })
-})
 
-// Each answer fits in the kernel's buffers, so the server holds such a connection as it holds an idle
-// one (the open-file limit bounds how many), until the 65 s keep-alive timeout closes it.
-describe('connections that send one request each and never read', () => {
-  test('cost what as many readers cost, and the keep-alive timeout closes them', async (t) => {
+  // Each answer fits in the kernel's buffers, so the server holds such a connection as it holds an idle
+  // one (the open-file limit bounds how many), until the 65 s keep-alive timeout closes it.
+  test('connections that send one request each and never read cost what readers cost, and the keep-alive timeout closes them', async (t) => {
+    const { server, port } = idle
     const COUNT = 2_000
     const open = async (read: boolean) => {
-      const rest = rssMb()
+      const rest = rssMb(server)
       const sockets = await Promise.all(Array.from({ length: COUNT }, async () => {
         const socket = connect(port, '127.0.0.1').on('error', () => {})
         await once(socket, 'connect')
@@ -102,7 +112,7 @@ describe('connections that send one request each and never read', () => {
         return socket
       }))
       await sleep(2_000)
-      return { sockets, kb: ((rssMb() - rest) * 1024) / COUNT }
+      return { sockets, kb: ((rssMb(server) - rest) * 1024) / COUNT }
     }
     const readers = await open(true)
     for (const s of readers.sockets) s.destroy()
