@@ -7,21 +7,22 @@ import { after, describe, test, type TestContext } from 'node:test'
 import { claims, makeToken, probeHealth, sleep, smallDatabase, startServer, until, type Server, type Token } from '../helpers.ts'
 import { writeStream } from '../replication.ts'
 
-const WRITING_S = 10
-
-// 16 lanes of posts and likes at full rate for WRITING_S seconds, /health asked every 20 ms meanwhile.
-async function writesAndProbes(t: TestContext, server: Server, tokens: Token[]) {
+// 16 lanes of posts and likes at full rate for so many seconds, /health asked every 20 ms meanwhile.
+// Long enough that the commit before fails: it answered 503 to about 0.15 probes a second under
+// Litestream (1 and 2 in two runs of 10 s; 30 s leave about a 1% chance of none), and to about 1 a
+// second with WORKERS=2.
+async function writesAndProbes(t: TestContext, server: Server, tokens: Token[], seconds: number) {
   const port = Number(new URL(server.url).port)
   const stream = writeStream(server.url, tokens, 'health')
   const health = probeHealth(port, 20)
-  await sleep(WRITING_S * 1000)
+  await sleep(seconds * 1000)
   const probes = await health.stop()
   await stream.stop()
   const sorted = [...probes.latencies].sort((a, b) => a - b)
   t.diagnostic(`${stream.acknowledged.length} writes acknowledged, ${stream.errors.length} failed; ${probes.latencies.length} /health probes, ` +
     `${probes.failures.length} not 200; /health p99 ${sorted[Math.floor(sorted.length * 0.99)].toFixed(1)} ms, max ${probes.max.toFixed(1)} ms`)
   assert.deepEqual(stream.errors.slice(0, 5), [], `${stream.errors.length} writes failed`)
-  assert.ok(stream.acknowledged.length > 1_000, `only ${stream.acknowledged.length} writes in ${WRITING_S} s`)
+  assert.ok(stream.acknowledged.length > 1_000, `only ${stream.acknowledged.length} writes in ${seconds} s`)
   assert.deepEqual(probes.failures.slice(0, 5), [], `${probes.failures.length} of ${probes.latencies.length} probes were not 200`)
 }
 
@@ -48,7 +49,7 @@ describe('/health under writes at full rate', () => {
     servers.push(server)
     // Litestream first looks at the database a second after it starts; from then on it checkpoints.
     await until(() => /snapshot written/.test(server.output()), 10_000, 'Litestream\'s first snapshot')
-    await writesAndProbes(t, server, b.tokens)
+    await writesAndProbes(t, server, b.tokens, 30)
   })
 
   test('with WORKERS=2, each worker committing beside the other: never a 503', async (t) => {
@@ -57,6 +58,6 @@ describe('/health under writes at full rate', () => {
     const server = await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: b.db.path, WORKERS: '2' } })
     servers.push(server)
     await until(() => (server.output().match(/listening on/g) ?? []).length === 2, 10_000, 'both workers listening')
-    await writesAndProbes(t, server, b.tokens)
+    await writesAndProbes(t, server, b.tokens, 10)
   })
 })
