@@ -3,11 +3,12 @@ import { getRequestListener, RequestError, type HttpBindings } from '@hono/node-
 import { Hono, type Context, type Next } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
 import { verify } from 'hono/jwt'
+import { fork, type ChildProcess } from 'node:child_process'
 import cluster from 'node:cluster'
 import { once } from 'node:events'
-import { accessSync, constants, existsSync, mkdirSync, readFileSync, statfsSync, statSync } from 'node:fs'
-import { createServer, STATUS_CODES, type IncomingMessage, type RequestListener, type ServerResponse } from 'node:http'
-import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net'
+import { accessSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, statfsSync, statSync } from 'node:fs'
+import { createServer, STATUS_CODES, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http'
+import { createServer as createNetServer, Server as NetServer, type AddressInfo, type Socket } from 'node:net'
 import { dirname } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import type { Duplex } from 'node:stream'
@@ -17,8 +18,9 @@ const SQLITE_PATH = process.env.SQLITE_PATH || 'data/feed.db'
 const JWT_SECRET = process.env.JWT_SECRET || 'twelve-dollar-challenge'
 const HOST = process.env.HOST || '0.0.0.0'
 const PORT = Number(process.env.PORT || 3000)
-// More than one only where one process may not hold every connection (its open-file limit).
-const WORKERS = Number(process.env.WORKERS || 1)
+// A fixed number of processes sharing the port. Unset: one, and more only while the connections need
+// more open files than one process may have ("More connections than one process has files for").
+const WORKERS = Number(process.env.WORKERS || 0)
 // How long a write waits for another connection's write lock before it is refused with a 503. Litestream
 // takes that lock for a moment at its checkpoints, and asks for 5 s (litestream.io/tips, "Busy timeout").
 const BUSY_TIMEOUT_MS = Number(process.env.BUSY_TIMEOUT_MS || 5_000)
@@ -29,8 +31,9 @@ const START_WAIT_MS = Number(process.env.START_WAIT_MS || 30_000)
 const WAL_AUTOCHECKPOINT = Number(process.env.WAL_AUTOCHECKPOINT || 1000)
 const MAX_BODY_BYTES = 16 * 1024
 const MAX_BODY_CHARS = 500
+const HELPER = process.env.HELPER_OF !== undefined // started by the first process, for its connections
 
-if (!process.env.JWT_SECRET && cluster.isPrimary) {
+if (!process.env.JWT_SECRET && cluster.isPrimary && !HELPER) {
   console.warn('JWT_SECRET is not set: tokens are checked with the challenge\'s public default secret; set your own')
 }
 
@@ -582,28 +585,222 @@ export async function run() {
     },
   )
   server.on('connection', stopParsingWhenClosed)
+  server.on('connection', counted)
   // HTTP that cannot be parsed, headers over 16 KB, or a client too slow: the same error shape, then close.
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
     if (error.code === 'ECONNRESET' || !socket.writable) return socket.destroy()
     socket.end(CLIENT_ERRORS[error.code ?? ''] ?? MALFORMED_REQUEST)
   })
-  // Workers each listen on a socket of their own, and the kernel spreads new connections over them.
-  server.listen({ host: HOST, port: PORT, reusePort: WORKERS > 1, exclusive: true }, () => {
-    const { address, port } = server.address() as AddressInfo
-    console.log(`listening on http://${address}:${port}`)
-  })
+  if (HELPER) takeOrders(server)
+  else listenOnPort((firstServer = server))
   const stop = () => {
     if (stopping) return // a second signal changes nothing: the drain is under way, bounded at 10 s
     // No new connections; idle ones close now, busy ones right after their response.
     stopping = true
+    for (const helper of helpers) helper.kill('SIGTERM')
     server.close(() => {
-      closeDatabase()
-      process.exit(0)
+      stopped = true
+      exitWhenDone()
     })
     setTimeout(() => server.closeAllConnections(), 10_000).unref()
   }
   process.on('SIGTERM', stop)
   process.on('SIGINT', stop)
+  if (HELPER) process.on('disconnect', stop) // the first process is gone: nobody would start the next
+}
+
+// The first process listens on PORT. WORKERS workers each listen on a socket of their own, and the
+// kernel spreads new connections over them.
+let boundPort = PORT // and once listening, the port it got (PORT=0), for listening again on the same
+function listenOnPort(server: Server) {
+  server.listen({ host: HOST, port: boundPort, reusePort: WORKERS > 1, exclusive: true }, () => {
+    const { address, port } = server.address() as AddressInfo
+    boundPort = port
+    console.log(`listening on http://${address}:${port}`)
+    accepting = server
+    if (!WORKERS) capacity = FILE_LIMIT - filesOpen() - SPARE_FILES
+  })
+}
+
+let stopped = false // every connection of this process closed
+function exitWhenDone() {
+  if (!stopped || helpers.size > 0) return
+  closeDatabase()
+  process.exit(0)
+}
+
+// --- More connections than one process has files for ---------------------------------------------
+// Each connection is an open file, and a process may have only so many: 65,535 under the challenge's
+// systemd, 20,000 on these machines. One process serves a request for the least CPU, so the first
+// serves alone while it has room. Nearly full, it starts a helper: this script again, with database
+// connections of its own, as a WORKERS worker has, born with a copy of the listening socket. Full, it
+// stops accepting, and the helper accepts from the same socket: the kernel queues what arrives
+// between the two, and refuses nothing. The first process runs this for every helper in turn: it
+// starts the next when the one accepting is nearly full (with a copy of the socket from it), and moves
+// the accepting on when that one is full. A connection stays where it was taken; a helper that no
+// longer accepts exits with its last connection. No setting: the processes follow the connections.
+const FILE_LIMIT = openFileLimit()
+// Files of a process that are not its connections (the database, its WAL, the event loop, a replica's
+// forwarded writes), and connections accepted until its listener is closed.
+const SPARE_FILES = Math.max(64, Math.floor(FILE_LIMIT / 16))
+// Nearly full: the room a helper's start (about 0.3 s) needs at the challenge's fastest arrivals, 1,700
+// connections a second, many times over; 2,300 under a limit of 20,000 and 7,700 under 65,535.
+const NEARLY_FULL = 7 / 8
+const SOCKET_FD = 4 // where a helper has its copy: after stdin, stdout, stderr and the IPC channel
+type Order = 'ready' | 'nearly full' | 'full' | 'copy' | 'stop' | 'accept'
+let capacity = Infinity // connections this process takes before it stops accepting
+let connections = 0
+let accepting: Server | undefined
+let nearlySaid = false
+let fullSaid = false
+let steppedOut = false
+
+function counted(socket: Socket) {
+  connections++
+  socket.once('close', uncounted)
+  if (!accepting) return
+  if (connections >= capacity * NEARLY_FULL && !nearlySaid) {
+    nearlySaid = true
+    tellFirst('nearly full')
+  }
+  if (connections >= capacity && !fullSaid) {
+    fullSaid = true
+    tellFirst('full')
+  }
+}
+
+function uncounted() {
+  connections--
+  if (HELPER && steppedOut && connections === 0 && !stopping) {
+    stopping = true
+    stopped = true
+    exitWhenDone()
+  }
+}
+
+// node:http's close() would also close the idle connections: only the listener closes.
+function stopAccepting() {
+  steppedOut = true
+  nearlySaid = fullSaid = false
+  NetServer.prototype.close.call(accepting!)
+  accepting = undefined
+  console.log(`process ${process.pid} is full (${connections} connections, ${FILE_LIMIT} open files at most): the next takes new ones`)
+}
+
+// A helper tells the first process over IPC; the first tells itself.
+function tellFirst(what: Order) {
+  if (HELPER) process.send!(what)
+  else if (what === 'nearly full') prepareNext(undefined)
+  else if (what === 'full') moveOn(undefined)
+}
+
+// In the first process: the helpers, the one accepting (undefined: the first itself) and the next.
+let firstServer: Server | undefined
+const helpers = new Set<ChildProcess>()
+const ready = new Set<ChildProcess>()
+let acceptor: ChildProcess | undefined
+let next: ChildProcess | undefined
+let copyAsked = false
+let fullWaiting = false // the one accepting is full, and the next is not started yet
+
+function prepareNext(from: ChildProcess | undefined) {
+  if (next || copyAsked || stopping) return
+  if (!from) next = startHelper(accepting!)
+  else {
+    copyAsked = true
+    from.send('copy') // it answers with its listening server
+  }
+}
+
+function moveOn(from: ChildProcess | undefined) {
+  prepareNext(from)
+  fullWaiting = !next
+  if (!next) return
+  if (from) from.send('stop')
+  else stopAccepting()
+  promoteNext()
+}
+
+function promoteNext() {
+  acceptor = next!
+  next = undefined
+  if (ready.has(acceptor)) acceptor.send('accept')
+}
+
+// node:net has no public way to a listening socket's file descriptor; its handle has it.
+type Listener = NetServer & { _handle: { fd: number } }
+
+function startHelper(copy: NetServer): ChildProcess {
+  const helper = fork(process.argv[1], process.argv.slice(2), {
+    env: { ...process.env, HELPER_OF: String(process.pid) },
+    stdio: ['inherit', 'inherit', 'inherit', 'ipc', { fd: (copy as Listener)._handle.fd } as never],
+  })
+  helpers.add(helper)
+  helper.on('message', (message: Order, server?: NetServer) => {
+    if (message === 'ready') {
+      ready.add(helper)
+      if (helper === acceptor) helper.send('accept')
+    } else if (message === 'copy' && server) {
+      copyAsked = false
+      next = startHelper(server)
+      server.close() // the new helper has its own copy now
+      if (fullWaiting) moveOn(helper)
+    } else if (helper === acceptor) {
+      if (message === 'nearly full') prepareNext(helper)
+      else if (message === 'full') moveOn(helper)
+    }
+  })
+  helper.on('exit', (code, signal) => {
+    helpers.delete(helper)
+    ready.delete(helper)
+    if (helper === next) next = undefined
+    if (stopping) return exitWhenDone()
+    if (code !== 0) console.error(`process ${helper.pid} exited (${signal ?? code}), and its connections with it`)
+    if (helper === acceptor) acceptAgain()
+  })
+  return helper
+}
+
+// The helper accepting died: the next accepts, or else the first listens again, on a new socket (what
+// was queued on the old one is reset with it, as it would be with a single process that died).
+function acceptAgain() {
+  copyAsked = fullWaiting = false
+  acceptor = undefined
+  if (next) promoteNext()
+  else listenOnPort(firstServer!)
+}
+
+// In a helper: what the first process asks of it.
+function takeOrders(server: Server) {
+  process.on('message', (message: Order) => {
+    if (message === 'copy') process.send!('copy', accepting)
+    else if (message === 'stop') stopAccepting()
+    else if (message === 'accept') {
+      server.listen({ fd: SOCKET_FD }, () => {
+        accepting = server
+        capacity = FILE_LIMIT - filesOpen() - SPARE_FILES
+        console.log(`process ${process.pid} takes new connections`)
+      })
+    }
+  })
+  process.send!('ready')
+}
+
+function openFileLimit(): number {
+  try {
+    const soft = /^Max open files +(\d+)/m.exec(readFileSync('/proc/self/limits', 'utf8'))?.[1]
+    return soft ? Number(soft) : Infinity
+  } catch {
+    return Infinity // not Linux: the limit is the operator's to know, and WORKERS theirs to set
+  }
+}
+
+function filesOpen(): number {
+  try {
+    return readdirSync('/proc/self/fd').length
+  } catch {
+    return 0
+  }
 }
 
 // --- Pipelined requests nobody reads --------------------------------------------------------------

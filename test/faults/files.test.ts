@@ -1,5 +1,6 @@
-// More connections than the process may hold open files: the ones past the limit are closed at once
-// (no hang, no crash), the connections already held keep working, and once they go, all is normal.
+// More connections than a fixed number of processes may hold open files (WORKERS=1; unset, the server
+// starts more: test/processes.test.ts): the ones past the limit are closed at once (no hang, no crash),
+// the connections already held keep working, and once they go, all is normal.
 import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { after, describe, test } from 'node:test'
@@ -7,7 +8,7 @@ import { smallDatabase, startServer, type Server } from '../helpers.ts'
 
 const LIMIT = 256
 
-describe('more connections than the open-file limit', () => {
+describe('more connections than the open-file limit of WORKERS=1', () => {
   const db = smallDatabase()
   let server: Server | undefined
   after(() => {
@@ -16,7 +17,7 @@ describe('more connections than the open-file limit', () => {
   })
 
   test('sheds the connections past it, keeps serving the rest, and recovers when they close', async (t) => {
-    server = await startServer('bash', ['-c', `ulimit -n ${LIMIT} && exec "${process.execPath}" dist/app.js`], { env: { SQLITE_PATH: db.path } })
+    server = await startServer('bash', ['-c', `ulimit -n ${LIMIT} && exec "${process.execPath}" dist/app.js`], { env: { SQLITE_PATH: db.path, WORKERS: '1' } })
     const port = Number(new URL(server.url).port)
 
     // Twice the limit, each sending a whole request and waiting for its answer.

@@ -1,0 +1,116 @@
+// More connections than one process has files for (app.ts): the built server, with no setting, takes
+// them all in as many processes as its open-file limit needs, and in one where one is enough.
+import assert from 'node:assert/strict'
+import { execFile } from 'node:child_process'
+import { once } from 'node:events'
+import { writeFileSync } from 'node:fs'
+import { connect, type Socket } from 'node:net'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { after, before, describe, test } from 'node:test'
+import { processTree } from '../bench/lib.ts'
+import { freshSeededCopy, ROOT, startServer, until, type Server } from './helpers.ts'
+
+const db = freshSeededCopy()
+const tokens = join(db.dir, 'tokens.txt')
+before(() => writeFileSync(tokens, db.tokens.map((t) => t.token).join('\n')))
+after(() => db.remove())
+
+const start = (limit: number) =>
+  startServer('prlimit', [`--nofile=${limit}`, process.execPath, 'dist/app.js'], { env: { SQLITE_PATH: db.path } })
+
+// bench/users.ts: every user one keep-alive connection, all connecting at once (harder than k6's ramp),
+// then the challenge's loop at 20 times its pace, every answer checked.
+async function users(url: string, connections: number, whileHolding?: () => void) {
+  const run = promisify(execFile)(process.execPath, [join(ROOT, 'bench', 'users.ts'), '--url', url, '--connections', String(connections),
+    '--think-scale', '0.05', '--idle', '2', '--hold', '5', '--tokens', tokens], { encoding: 'utf8', timeout: 60_000 })
+  if (whileHolding) setTimeout(whileHolding, 3_000)
+  const lines = (await run).stdout.trim().split('\n').map((line) => JSON.parse(line))
+  return { connected: lines.find((l) => l.event === 'connected'), done: lines.at(-1) }
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+// Connections that each had one answer and stay open.
+async function openConnections(port: number, count: number): Promise<Socket[]> {
+  return Promise.all(Array.from({ length: count }, async () => {
+    const socket = connect(port, '127.0.0.1').on('error', () => {}) // those of a process killed: reset
+    await once(socket, 'connect')
+    socket.write('GET /posts/1 HTTP/1.1\r\nHost: x\r\n\r\n')
+    const [answer] = await once(socket, 'data')
+    assert.match(String(answer), /^HTTP\/1.1 200 OK/)
+    return socket
+  }))
+}
+
+describe('more connections than one process has files for', () => {
+  describe('under an open-file limit of 1,024', () => {
+    let server: Server
+    before(async () => (server = await start(1024)))
+    after(() => server.stop('SIGKILL'))
+
+    test('3,000 users at once: none refused, no errors, in several processes; SIGTERM stops them all, exit 0', async () => {
+      let processes: number[] = []
+      const { connected, done } = await users(server.url, 3000, () => (processes = processTree(server.child.pid!)))
+      assert.equal(connected.failed, 0, 'every user connected and had its first answer')
+      assert.deepEqual(done.errors, { status: 0, body: 0, closed: 0, connect: 0, example: '' })
+      assert.equal(done.unanswered, 0)
+      assert.ok(done.answered > 3000, `${done.answered} answers`)
+      // 3,000 connections over about 930 a process, and the next one started.
+      assert.ok(processes.length >= 4, `${processes.length} processes`)
+      assert.match(server.output(), /process \d+ is full \(\d+ connections, 1024 open files at most\): the next takes new ones/)
+      assert.equal(await server.stop('SIGTERM'), 0)
+      await until(() => !processes.some(alive), 15_000, 'every process to exit')
+      server = await start(1024)
+    })
+
+    // 1,500: the first full (about 930 connections), a helper with the rest and none started after it;
+    // 1,850: the helper nearly full too, and the next one started.
+    for (const [count, next] of [[1500, 'no helper started after it: the first listens again'], [1850, 'the next helper takes them']] as const) {
+      test(`the process taking new connections dies with ${count} open, ${next}; every other connection stays`, async () => {
+        await server.stop('SIGKILL')
+        server = await start(1024)
+        const port = Number(new URL(server.url).port)
+        const kept = await openConnections(port, count)
+        const taking = Number(/process (\d+) takes new connections/.exec(server.output())![1])
+        assert.ok(processTree(server.child.pid!).includes(taking))
+        process.kill(taking, 'SIGKILL')
+        await until(() => server.output().includes(`process ${taking} exited (SIGKILL), and its connections with it`), 10_000, 'the first to see it')
+        // With no helper after it, its socket went with it: the first listens again, on the same port.
+        if (count === 1500) await until(() => server.output().split('listening on').length === 3, 10_000, 'the first to listen again')
+        const more = await openConnections(port, 1000)
+        const survivors = kept.filter((socket) => !socket.destroyed)
+        assert.ok(survivors.length >= 900, `${survivors.length} of the first process's connections still open`)
+        for (const socket of [...survivors.slice(0, 50), ...more.slice(-50)]) {
+          socket.write('GET /posts/2 HTTP/1.1\r\nHost: x\r\n\r\n')
+          const [answer] = await once(socket, 'data')
+          assert.match(String(answer), /^HTTP\/1.1 200 OK/)
+        }
+        for (const socket of [...kept, ...more]) socket.destroy()
+      })
+    }
+  })
+
+  describe('under a high limit', () => {
+    test('3,000 users in one process', async () => {
+      const server = await start(20_000)
+      try {
+        let processes: number[] = []
+        const { connected, done } = await users(server.url, 3000, () => (processes = processTree(server.child.pid!)))
+        assert.equal(connected.failed, 0)
+        assert.deepEqual(done.errors, { status: 0, body: 0, closed: 0, connect: 0, example: '' })
+        assert.deepEqual(processes, [server.child.pid])
+        assert.doesNotMatch(server.output(), /is full|takes new connections/)
+      } finally {
+        await server.stop()
+      }
+    })
+  })
+})
