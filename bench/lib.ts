@@ -122,12 +122,14 @@ export async function startServer(script: string, { node = process.execPath, fla
   }
   clean()
   if (seed) copyFileSync(seed.db, copy)
-  const child = spawn('taskset', ['-c', cores, node, ...flags, script], {
+  // In the cgroup before it starts, so that all it allocates is charged there.
+  const command = ['taskset', '-c', cores, node, ...flags, script]
+  const [file, ...argv] = cgroup ? ['sh', '-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, ...command] : command
+  const child = spawn(file, argv, {
     // The seed signs tokens.json with the default secret; naming it also silences the server's warning.
     env: { PATH: process.env.PATH, SQLITE_PATH: copy, HOST: '127.0.0.1', PORT: '0', JWT_SECRET: 'twelve-dollar-challenge', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
-  if (cgroup) writeFileSync(join(cgroup, 'cgroup.procs'), String(child.pid))
   let output = ''
   let stderr = ''
   child.stderr!.on('data', (chunk) => {
@@ -150,7 +152,7 @@ export async function startServer(script: string, { node = process.execPath, fla
     stderr: () => stderr,
     stop: async () => {
       child.kill('SIGTERM')
-      if (child.exitCode === null) await once(child, 'exit')
+      if (child.exitCode === null && child.signalCode === null) await once(child, 'exit')
       clean()
     },
   }
@@ -208,4 +210,34 @@ export async function wrk(url: string, kind: string, seconds: number, tokens: st
   const [first, last] = [samples[0], samples.at(-1)]
   const loadCpu = first && last && last[0] > first[0] ? ((last[1] - first[1]) * TICK_US) / ((last[0] - first[0]) * 1000) : 0
   return { ...result, loadCpu }
+}
+
+// One users generator (bench/users.ts) on the load core, and its JSON events as they come: next('connected')
+// once every user has had its first answer, next('done') with the results (bench/users.ts says what).
+export function usersGenerator(o: { url: string; connections: number; tokens: string; latencies: string; idle: number; hold: number; ramp: number; loopOnArrival?: boolean }) {
+  const child = spawn('taskset', ['-c', LOAD_CORE, process.execPath, join(ROOT, 'bench', 'users.ts'),
+    '--url', o.url, '--connections', String(o.connections), '--idle', String(o.idle), '--hold', String(o.hold),
+    '--ramp', String(o.ramp), '--tokens', o.tokens, '--latencies', o.latencies, ...(o.loopOnArrival ? ['--loop-on-arrival'] : []),
+  ], { stdio: ['ignore', 'pipe', 'inherit'] })
+  const events: Record<string, any>[] = []
+  let buffered = ''
+  const waiters: (() => void)[] = []
+  child.stdout.on('data', (chunk) => {
+    buffered += chunk
+    const lines = buffered.split('\n')
+    buffered = lines.pop()!
+    for (const line of lines) events.push(JSON.parse(line))
+    for (const wake of waiters.splice(0)) wake()
+  })
+  const next = (name: string) =>
+    new Promise<Record<string, any>>((resolve, reject) => {
+      const check = () => {
+        const found = events.find((e) => e.event === name)
+        if (found) resolve(found)
+        else waiters.push(check)
+      }
+      child.once('exit', (code) => (events.some((e) => e.event === name) ? check() : reject(new Error(`a users generator exited with ${code}`))))
+      check()
+    })
+  return { next, pid: child.pid!, kill: () => child.kill('SIGKILL') }
 }

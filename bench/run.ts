@@ -7,13 +7,15 @@
 //   npm run bench -- --box [--rounds 3]       one box: the mix and the write ceiling, one process on one
 //                                             core against WORKERS=2 on both
 //   npm run bench -- --cluster [--quick]      LiteFS: a primary and a replica (bench/cluster.ts)
+//   npm run bench -- --score [--full]         the challenge's score in the box's limits (bench/score.ts)
+//   npm run bench -- --score --k6 <k6 binary> its users generator against the real k6, at 10,000 users
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, release, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { renderChart } from './chart.ts'
-import { CACHE, cpuTicks, ensureTools, LOAD_CORE, log, memoryCgroup, nodeRelease, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startServer, TICK_US, treeCpuTicks, treeMemoryKb, wrk, type Seed } from './lib.ts'
+import { CACHE, cpuTicks, ensureTools, LOAD_CORE, log, memoryCgroup, nodeRelease, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startServer, TICK_US, treeCpuTicks, treeMemoryKb, usersGenerator, wrk, type Seed } from './lib.ts'
 
 const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
 // New users a second while the users connect: k6 ramps to any level in 60 s, which is 1,667 a second
@@ -30,7 +32,7 @@ const { values: args } = parseArgs({
     rounds: { type: 'string', default: '1' },
     against: { type: 'string' },
     flags: { type: 'string' },
-    workers: { type: 'string', default: '1' },
+    workers: { type: 'string', default: '0' }, // as shipped: one process, more only past its open-file limit
     'against-flags': { type: 'string' },
     'against-node': { type: 'string' },
     box: { type: 'boolean', default: false },
@@ -38,6 +40,9 @@ const { values: args } = parseArgs({
     instructions: { type: 'boolean', default: false },
     check: { type: 'boolean', default: false },
     replicate: { type: 'boolean', default: false },
+    score: { type: 'boolean', default: false },
+    full: { type: 'boolean', default: false },
+    k6: { type: 'string' },
   },
 })
 
@@ -147,35 +152,9 @@ type Hold = {
   cpu_us: number; generator_cpu: number; pass: boolean
 }
 
-// One users generator (bench/users.ts) on the load core, and its JSON events as they come.
-function generator(url: string, connections: number, tokens: string, latencies: string) {
-  const child = spawn('taskset', ['-c', LOAD_CORE, process.execPath, join(ROOT, 'bench', 'users.ts'),
-    '--url', url, '--connections', String(connections), '--idle', '5', '--hold', String(HOLD_S),
-    '--ramp', String(CONNECTIONS / ARRIVALS_PER_S),
-    '--tokens', tokens, '--latencies', latencies,
-  ], { stdio: ['ignore', 'pipe', 'inherit'] })
-  const events: Record<string, any>[] = []
-  let buffered = ''
-  const waiters: (() => void)[] = []
-  child.stdout.on('data', (chunk) => {
-    buffered += chunk
-    const lines = buffered.split('\n')
-    buffered = lines.pop()!
-    for (const line of lines) events.push(JSON.parse(line))
-    for (const wake of waiters.splice(0)) wake()
-  })
-  const next = (name: string) =>
-    new Promise<Record<string, any>>((resolve, reject) => {
-      const check = () => {
-        const found = events.find((e) => e.event === name)
-        if (found) resolve(found)
-        else waiters.push(check)
-      }
-      child.once('exit', (code) => (events.some((e) => e.event === name) ? check() : reject(new Error(`a users generator exited with ${code}`))))
-      check()
-    })
-  return { next }
-}
+// One users generator (bench/users.ts) on the load core.
+const generator = (url: string, connections: number, tokens: string, latencies: string) =>
+  usersGenerator({ url, connections, tokens, latencies, idle: 5, hold: HOLD_S, ramp: CONNECTIONS / ARRIVALS_PER_S })
 
 // N users on N keep-alive connections, each running the k6 loop (N x 0.106 requests a second).
 // One process of ours may hold about 19,900 connections here, and one client address may open about
@@ -308,6 +287,7 @@ async function main() {
   const flags = args.flags === undefined ? shippedNodeFlags() : args.flags.split(' ').filter(Boolean)
   if (args.cluster) return runCluster(seed, flags)
   if (args.instructions) return runInstructions(seed, flags)
+  if (args.score) return runScore(seed, flags)
   const cgroup = memoryCgroup()
   const ours: Variant = { name: 'ours', app: join(ROOT, 'dist', 'app.js'), flags, commit: commitOf(ROOT), node: process.execPath }
   const variants = [ours]
@@ -334,7 +314,7 @@ async function main() {
   console.log(`server on core ${SERVER_CORE} (taskset), ${cgroup.note}; load on core ${LOAD_CORE}; wrk -t1 -c64, ${WARMUP_S} s warm-up, ${MEASURE_S} s measured, ${ROUNDS} round(s)`)
   for (const v of variants) {
     const replica = v.env?.LITESTREAM_REPLICA_URL ? ` under litestream replicate (dist/start.js), to ${v.env.LITESTREAM_REPLICA_URL}` : ''
-    console.log(`${v.name}: node ${[...v.flags, 'dist/app.js'].join(' ')}${args.workers !== '1' ? `, WORKERS=${args.workers}` : ''}${replica} (${versions(v.node)})`)
+    console.log(`${v.name}: node ${[...v.flags, 'dist/app.js'].join(' ')}${args.workers !== '0' ? `, WORKERS=${args.workers}` : ''}${replica} (${versions(v.node)})`)
   }
 
   // One users hold after the rounds; when comparing, only with --hold, and then one per variant each round.
@@ -443,6 +423,24 @@ async function runInstructions(seed: Seed, flags: string[]) {
   const result = await instructionsBench({ seed, flags, only: kinds, against })
   saveResult({ date: new Date().toISOString(), commit: commitOf(ROOT), node: process.version, ...result }, commitOf(ROOT))
   if (args.record) recordBaseline(result, commitOf(ROOT))
+}
+
+async function runScore(seed: Seed, flags: string[]) {
+  const { k6Check, scoreBench } = await import('./score.ts')
+  if (args.k6) {
+    const result = await k6Check({ seed, flags, k6: args.k6 })
+    writeFileSync(join(RESULTS, `${new Date().toISOString().replace(/[:.]/g, '-')}-${commitOf(ROOT)}-k6-check.json`), JSON.stringify(result, null, 2))
+    return
+  }
+  // The CPU estimate beside it: the mix at saturation, against the ceiling, as the plain bench runs it.
+  const ours: Variant = { name: 'ours', app: join(ROOT, 'dist', 'app.js'), flags, commit: commitOf(ROOT), node: process.execPath }
+  const ceiling = await saturate('ceiling', 'ceiling', seed)
+  const mix = await saturate(ours, 'mix', seed)
+  const estimate = { users: (0.8 * mix.rps) / USER_RATE, mix_rps: mix.rps, mix_cpu_us: mix.cpu_us, c0_us: ceiling.cpu_us }
+  const result = await scoreBench({ seed, flags, full: args.full, estimate, commit: ours.commit })
+  const file = join(RESULTS, `${new Date().toISOString().replace(/[:.]/g, '-')}-${ours.commit}-score.json`)
+  writeFileSync(file, JSON.stringify({ date: new Date().toISOString(), commit: ours.commit, node: process.version, estimate, ...result }, null, 2))
+  console.log(`results: ${file}`)
 }
 
 async function runCluster(seed: Seed, flags: string[]) {

@@ -14,6 +14,8 @@
 // Each user connects and asks for the feed, as a k6 user does on arrival; then all are idle for --idle
 // seconds (for the caller to measure the server's memory per idle connection); then the loops run for
 // --hold seconds, started at random points of a loop so the rate is steady from the first second.
+// With --loop-on-arrival each user goes on with its loop as soon as it has the feed, as a k6 user of
+// ramping-vus does, and the hold (the time measured) starts once every user has arrived.
 // Prints JSON lines: {"event":"connected",...} when every connection has had its first answer, then
 // {"event":"done",...} with the results.
 import { readFileSync, writeFileSync } from 'node:fs'
@@ -33,6 +35,7 @@ const { values: opts } = parseArgs({
     ramp: { type: 'string', default: '0' },
     latencies: { type: 'string' },
     interval: { type: 'string' },
+    'loop-on-arrival': { type: 'boolean', default: false },
   },
 })
 const url = new URL(opts.url!)
@@ -42,6 +45,7 @@ const POSTS = Number(opts.posts)
 // Multiplies every think time: 1 is the challenge; the harness's own tests use less to finish quickly.
 const THINK_SCALE = Number(opts['think-scale'])
 const RAMP_S = Number(opts.ramp)
+const LOOP_ON_ARRIVAL = opts['loop-on-arrival']
 
 const token = () => TOKENS[Math.floor(Math.random() * TOKENS.length)]
 const between = (min: number, max: number) => (min + Math.random() * (max - min)) * 1000 * THINK_SCALE
@@ -62,7 +66,8 @@ let window: number[] = [] // the latencies of the current --interval
 const errors = { status: 0, body: 0, closed: 0, connect: 0, example: '' }
 let sent = 0
 let measuring = false
-let holding = false
+let holding = LOOP_ON_ARRIVAL // the loops run from each arrival, or from the hold's start
+let end = Infinity // when the loops stop: the hold's end
 
 function fail(type: 'status' | 'body' | 'closed' | 'connect', example: string) {
   if (!measuring && type !== 'connect') return
@@ -107,10 +112,9 @@ function ask(u: User, kind: Kind, postId = 0): Promise<string | undefined> {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
-// One k6 user, looping until the hold ends; it starts at a random point of its loop.
-async function loop(u: User, end: number) {
-  let step = Math.floor(Math.random() * 3)
-  await sleep(Math.random() * between(3, 15))
+// One k6 user, looping until the hold ends, from the given step of its loop after the given sleep.
+async function loop(u: User, step: number, firstSleep: number) {
+  await sleep(firstSleep)
   while (holding && u.open && performance.now() < end) {
     if (step === 0) {
       const feed = await ask(u, 'feed')
@@ -155,6 +159,8 @@ async function connectAll() {
           ask(u, 'feed').then((feed) => {
             if (feed) u.postIds = [...feed.matchAll(/\{"id":(\d+),"body"/g)].map((m) => Number(m[1]))
             resolve()
+            // On with the loop after the feed's think time: the post it opens is next.
+            if (LOOP_ON_ARRIVAL) void loop(u, 1, between(3, 7))
           })
         })
         socket.once('error', (err) => {
@@ -180,8 +186,8 @@ await sleep(Number(opts.idle) * 1000)
 measuring = holding = true
 const cpuBefore = process.cpuUsage()
 const started = performance.now()
-const end = started + Number(opts.hold) * 1000
-for (const u of users) void loop(u, end)
+end = started + Number(opts.hold) * 1000
+if (!LOOP_ON_ARRIVAL) for (const u of users) void loop(u, Math.floor(Math.random() * 3), Math.random() * between(3, 15))
 const reporter = opts.interval
   ? setInterval(() => {
       const sorted = window.sort((a, b) => a - b)

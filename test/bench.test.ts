@@ -5,6 +5,7 @@ import { execFileSync, spawnSync } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
+import { k6Percentile } from '../bench/score.ts'
 import { send, sequence } from '../bench/sequence.ts'
 import { exchange, freshSeededCopy, ROOT, startServer, type Server } from './helpers.ts'
 
@@ -29,8 +30,8 @@ function wrk(url: string, kind: string) {
   return JSON.parse(out.trim().split('\n').at(-1)!) as { requests: number; bad: number; bad_example: string }
 }
 
-function users(url: string) {
-  const out = execFileSync(process.execPath, [join(ROOT, 'bench', 'users.ts'), '--url', url, '--connections', '50', '--think-scale', '0.01', '--idle', '0', '--hold', '2', '--tokens', tokens], { encoding: 'utf8' })
+function users(url: string, ...more: string[]) {
+  const out = execFileSync(process.execPath, [join(ROOT, 'bench', 'users.ts'), '--url', url, '--connections', '50', '--think-scale', '0.01', '--idle', '0', '--hold', '2', '--tokens', tokens, ...more], { encoding: 'utf8', timeout: 60_000 })
   return JSON.parse(out.trim().split('\n').at(-1)!)
 }
 
@@ -61,10 +62,32 @@ describe('bench/users.ts', () => {
     assert.equal(result.unanswered, 0)
   })
 
+  test('with --loop-on-arrival, loops from each arrival through the ramp, and measures the hold alone', () => {
+    const result = users(app.url, '--ramp', '1', '--loop-on-arrival')
+    assert.equal(result.connections, 50)
+    assert.ok(result.answered > 300, `answered ${result.answered}`)
+    assert.deepEqual({ ...result.errors, example: '' }, { status: 0, body: 0, closed: 0, connect: 0, example: '' })
+    assert.equal(result.unanswered, 0)
+    assert.ok(result.seconds < 3, `the hold alone is measured: ${result.seconds} s`)
+  })
+
   test('counts wrong answers as errors, not as latencies', () => {
     const result = users(ceiling.url)
     assert.ok(result.errors.body > 0, 'posts, likes and creates get a feed body from the ceiling')
     assert.ok(result.answered < result.sent)
+  })
+})
+
+// The score's pass line is k6's: its percentiles interpolate between ranks (k6's Trend), unlike a
+// nearest rank, which moves a p99 by a whole sample.
+describe('bench/score.ts', () => {
+  test('takes percentiles as k6 does', () => {
+    const sorted = Array.from({ length: 10 }, (_, i) => i + 1)
+    assert.equal(k6Percentile(sorted, 50), 5.5)
+    assert.ok(Math.abs(k6Percentile(sorted, 95) - 9.55) < 1e-9)
+    assert.equal(k6Percentile(sorted, 100), 10)
+    assert.equal(k6Percentile([7], 99), 7)
+    assert.equal(k6Percentile([], 99), 0)
   })
 })
 

@@ -1,7 +1,11 @@
-// load.js, the k6 scenario, run against the real server through a minimal k6 stand-in.
+// load.js, the k6 scenario, against the real server: under the real k6 where it is here (as CI lays
+// out ../shared/tools, or K6), and through a minimal k6 stand-in that pins each branch of its loop.
 import assert from 'node:assert/strict'
+import { execFile, spawnSync } from 'node:child_process'
+import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { registerHooks } from 'node:module'
 import { join } from 'node:path'
+import { promisify } from 'node:util'
 import { pathToFileURL } from 'node:url'
 import { after, before, describe, test } from 'node:test'
 import { freshSeededCopy, ROOT, startServer, type Server } from './helpers.ts'
@@ -81,5 +85,25 @@ describe('load.js', () => {
     runLoop(scenario, 4, 0.4)
     assert.deepEqual(requests.map((r) => r.name), ['GET /feed', 'GET /posts/:id', 'POST /posts/:id/like', 'POST /posts'])
     assert.ok(recorded.checks.every((c) => c.ok), JSON.stringify(recorded.checks))
+  })
+})
+
+const k6Binary = [process.env.K6, join(ROOT, '..', 'shared', 'tools', 'k6')].find((path) => path && existsSync(path)) ??
+  (spawnSync('which', ['k6'], { encoding: 'utf8' }).stdout.trim() || undefined)
+
+describe('load.js under the real k6', { skip: !k6Binary && 'no k6 here (K6, ../shared/tools/k6 or PATH)' }, () => {
+  test('300 users ramped in 2 s and held 8 s: the thresholds pass, every check and request succeeds', async () => {
+    const summary = join(db.dir, 'k6-summary.json')
+    const tokens = join(db.dir, 'tokens.json')
+    writeFileSync(tokens, JSON.stringify(db.tokens))
+    // RAMP_UP and DURATION, then load.js's own 30 s ramp-down: about 40 s in all.
+    const { stdout } = await promisify(execFile)(k6Binary!, ['run', '--quiet', '--no-color', '--summary-export', summary,
+      '-e', `BASE_URL=${server.url}`, '-e', 'VUS=300', '-e', 'RAMP_UP=2s', '-e', 'DURATION=8s', '-e', `TOKENS=${tokens}`,
+      join(ROOT, 'load.js')], { encoding: 'utf8', timeout: 120_000, env: { ...process.env, K6_NO_USAGE_REPORT: 'true' } })
+    const metrics = JSON.parse(readFileSync(summary, 'utf8')).metrics
+    assert.ok(metrics.http_reqs.count >= 300, `${metrics.http_reqs.count} requests: every user asked at least for the feed\n${stdout}`)
+    assert.equal(metrics.http_req_failed.value, 0)
+    assert.equal(metrics.checks.fails, 0)
+    assert.ok(metrics.checks.passes >= metrics.http_reqs.count, 'a check on every answer')
   })
 })

@@ -1,0 +1,361 @@
+// npm run bench -- --score [--full]: the challenge's score, found the way the challenge finds it, in the
+// box's limits on this machine (bench/README.md, "The score").
+//
+// The challenge: 1,000 users for 2 minutes as a warm-up; then from 2,500 users, doubling until a level
+// fails, then narrowing to within 250; the best level confirmed by a 5-minute hold (after a 60 s ramp).
+// A level passes at p95 < 500 ms, p99 < 1 s and under 1% failed requests. Here every user is one
+// keep-alive connection running the challenge's loop (bench/users.ts), the server runs as shipped on one
+// core, the users on the other, and a memory cgroup holds the server to what the box leaves it.
+import { execFileSync, spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { appendFileSync, existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { CACHE, LOAD_CORE, log, processTree, RESULTS, ROOT, startServer, TICK_US, treeCpuTicks, usersGenerator, WORKDIR, type Seed, type Server } from './lib.ts'
+
+const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
+// A 2 GB droplet's kernel shows about 1,967 MiB; Ubuntu 24.04 at rest holds about 320 MiB of it (systemd
+// and journald, snapd, multipathd, the droplet agent, sshd): our estimate of what is left for the
+// server, its page cache and the kernel memory its sockets take.
+const BOX_MEMORY_MB = 1650
+const BOX_FILES = 65_535 // LimitNOFILE of the challenge's systemd unit
+const STEP = 250
+const PER_GENERATOR = 18_000 // users a generator holds: its own open files, and ports per address
+
+type Limit = 'cpu' | 'memory' | 'files' | 'errors'
+type Level = {
+  users: number; phase: string; ramp_s: number; hold_s: number; requests: number; rate: number
+  p95_ms: number; p99_ms: number; failed: number; errors: number; error_example: string
+  server_cpu: number; cpu_us: number; generator_cpu: number; memory_peak_mb: number; processes: number
+  // At the peak: the processes' anonymous memory, the page cache and the socket buffers charged (MiB).
+  memory_at_peak: { rss_mb: number; cache_mb: number; sockets_mb: number; kernel_mb: number }
+  pass: boolean; limit?: Limit
+}
+
+const fmt = (n: number, digits = 0) => n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
+const round = (n: number) => Math.max(STEP, Math.round(n / STEP) * STEP)
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+// k6's percentile of a Trend: linear between the two closest ranks.
+export function k6Percentile(sorted: number[], p: number) {
+  if (sorted.length === 0) return 0
+  const rank = (p / 100) * (sorted.length - 1)
+  const low = Math.floor(rank)
+  return sorted[low] + (sorted[Math.min(low + 1, sorted.length - 1)] - sorted[low]) * (rank - low)
+}
+
+// A cgroup v1 memory group of BOX_MEMORY_MB for one level, socket buffers counted (v1 charges them only
+// once their own limit is set). The kernel kills inside it on going over, as on the box.
+function boxCgroup(name: string) {
+  const dir = `/sys/fs/cgroup/memory/feed-score-${process.pid}-${name}`
+  const limit = String(BOX_MEMORY_MB * 1024 * 1024)
+  try {
+    mkdirSync(dir)
+    writeFileSync(join(dir, 'memory.limit_in_bytes'), limit)
+    writeFileSync(join(dir, 'memory.kmem.tcp.limit_in_bytes'), limit)
+  } catch (error) {
+    return { note: `no memory cgroup (${(error as Error).message.split(':')[0]}): memory not limited`, charged: () => 0, parts: () => undefined, oomKills: () => 0, remove: () => {} }
+  }
+  const read = (file: string) => Number(readFileSync(join(dir, file), 'utf8'))
+  return {
+    dir,
+    note: `memory cgroup of ${fmt(BOX_MEMORY_MB)} MiB, socket buffers included`,
+    charged: () => read('memory.usage_in_bytes') + read('memory.kmem.tcp.usage_in_bytes'),
+    parts: () => {
+      const stat = readFileSync(join(dir, 'memory.stat'), 'utf8')
+      const field = (name: string) => Number(new RegExp(`^total_${name} (\\d+)`, 'm').exec(stat)?.[1] ?? 0) / 2 ** 20
+      const usage = read('memory.usage_in_bytes') / 2 ** 20
+      return {
+        rss_mb: field('rss'), cache_mb: field('cache'), sockets_mb: read('memory.kmem.tcp.usage_in_bytes') / 2 ** 20,
+        kernel_mb: usage - field('rss') - field('cache'), // the rest of what is charged: the kernel's own objects
+      }
+    },
+    oomKills: () => Number(/oom_kill (\d+)/.exec(readFileSync(join(dir, 'memory.oom_control'), 'utf8'))?.[1] ?? 0),
+    remove: () => {
+      for (let i = 0; i < 50; i++) {
+        try {
+          return rmdirSync(dir)
+        } catch {
+          execFileSync('sleep', ['0.1'])
+        }
+      }
+    },
+  }
+}
+
+// Progress: one line that updates on a terminal; plain lines in the log, and on stderr when it is not a
+// terminal, one a phase.
+function progress(logFile: string, started: number) {
+  let lastPhase = ''
+  return {
+    say(line: string, phase: string) {
+      appendFileSync(logFile, `${new Date().toISOString()} ${line}\n`)
+      if (process.stderr.isTTY) process.stderr.write(`\r\x1b[2K${line}`)
+      else if (phase !== lastPhase) log(line)
+      lastPhase = phase
+    },
+    done() {
+      if (process.stderr.isTTY) process.stderr.write('\r\x1b[2K')
+    },
+    elapsed: () => (performance.now() - started) / 1000,
+  }
+}
+
+const clock = (s: number) => `${Math.floor(s / 60)}m${String(Math.round(s % 60)).padStart(2, '0')}s`
+
+export async function scoreBench({ seed, flags, full, estimate, commit }: {
+  seed: Seed; flags: string[]; full: boolean; commit: string
+  estimate: { users: number; mix_rps: number; mix_cpu_us: number; c0_us: number }
+}) {
+  const started = performance.now()
+  mkdirSync(RESULTS, { recursive: true })
+  const logFile = join(RESULTS, `${new Date().toISOString().replace(/[:.]/g, '-')}-${commit}-score.log`)
+  const p = progress(logFile, started)
+  // The challenge's lengths with --full; shorter by default, to fit in about 20 minutes.
+  const WARMUP = full ? { ramp: 30, hold: 120 } : { ramp: 15, hold: 30 }
+  const SEARCH = full ? { ramp: 60, hold: 60 } : { ramp: 30, hold: 30 }
+  const CONFIRM = full ? { ramp: 60, hold: 300 } : { ramp: 60, hold: 60 }
+  const levels: Level[] = []
+  const levelSeconds = (l: { ramp: number; hold: number }) => l.ramp + l.hold + 15
+  let remaining = () => 0
+
+  async function level(users: number, phase: string, { ramp, hold }: { ramp: number; hold: number }, nofile?: number): Promise<Level> {
+    const cgroup = boxCgroup(String(levels.length))
+    // The server as shipped (its Node flags, WORKERS unset), on the server core, in the cgroup.
+    const node = nofile ? 'prlimit' : process.execPath
+    const nodeFlags = nofile ? [`--nofile=${nofile}`, process.execPath, ...flags] : flags
+    const server: Server = await startServer(join(ROOT, 'dist', 'app.js'), { node, flags: nodeFlags, seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } })
+    const levelStarted = performance.now()
+    // The copy of the seed was written from here: out of the page cache with it, so that the server's
+    // reads are charged to its cgroup, as the box's page cache is to the box.
+    execFileSync('dd', [`if=${join(WORKDIR, 'feed.db')}`, 'iflag=nocache', 'count=0', 'status=none'])
+    const count = Math.ceil(users / PER_GENERATOR)
+    const generators = Array.from({ length: count }, (_, i) => {
+      const share = Math.floor(users / count) + (i < users % count ? 1 : 0)
+      const latencies = join(CACHE, `score-latencies-${process.pid}-${i}.json`)
+      // Each generator to its own loopback address of the server: about 28,000 ports per address pair.
+      const url = server.url.replace('127.0.0.1', `127.0.0.${1 + i}`)
+      return { latencies, ...usersGenerator({ url, connections: share, tokens: seed.tokens, latencies, idle: 0, hold, ramp, loopOnArrival: true }) }
+    })
+    let peak = 0
+    let atPeak: Level['memory_at_peak'] = { rss_mb: 0, cache_mb: 0, sockets_mb: 0, kernel_mb: 0 }
+    let processes = 0
+    let phaseName = 'ramp'
+    let phaseStarted = performance.now()
+    const sample = () => {
+      try {
+        const charged = cgroup.charged()
+        if (charged > peak) (peak = charged), (atPeak = cgroup.parts() ?? atPeak)
+        processes = Math.max(processes, processTree(server.pid).length)
+      } catch {} // the server gone: said below
+      const inPhase = (performance.now() - phaseStarted) / 1000
+      const length = phaseName === 'ramp' ? ramp : hold
+      p.say(`${phase}: ${fmt(users)} users, ${phaseName} ${fmt(Math.min(inPhase, length))}/${length} s, ${processes} process${processes > 1 ? 'es' : ''}, ` +
+        `${fmt(peak / 2 ** 20)} MiB; ${clock(p.elapsed())} elapsed, about ${clock(remaining() + Math.max(0, ramp + hold - (performance.now() - levelStarted) / 1000))} left`, `${phase} ${users} ${phaseName}`)
+    }
+    const sampler = setInterval(sample, 1000)
+    try {
+      const failedGenerator = (error: Error) => ({ error })
+      const connected = await Promise.all(generators.map((g) => g.next('connected').catch(failedGenerator)))
+      phaseName = 'hold'
+      phaseStarted = performance.now()
+      const ticks = treeCpuTicksSafe(server.pid)
+      const holdStarted = performance.now()
+      const results = await Promise.all(generators.map((g) => g.next('done').catch(failedGenerator)))
+      const wall = (performance.now() - holdStarted) / 1000
+      const cpuUs = (treeCpuTicksSafe(server.pid) - ticks) * TICK_US
+      sample()
+      const latencies = generators.flatMap((g) => (existsSync(g.latencies) ? (JSON.parse(readFileSync(g.latencies, 'utf8')) as number[]) : [])).sort((a, b) => a - b)
+      for (const g of generators) rmSync(g.latencies, { force: true })
+      const ok = results.filter((r): r is Record<string, any> => !('error' in r))
+      const connectFailed = connected.reduce((sum, c) => sum + ('error' in c ? 0 : c.failed), 0)
+      const sum = (key: string) => ok.reduce((total, r) => total + r[key], 0)
+      const sent = sum('sent')
+      const errors = ok.reduce((total, r) => total + r.errors.status + r.errors.body + r.errors.closed + r.errors.connect + r.unanswered, 0) + connectFailed
+      const failed = sent + connectFailed ? errors / (sent + connectFailed) : 1
+      const serverDied = server.child.exitCode !== null || server.child.signalCode !== null
+      const output = server.stdout() + server.stderr()
+      const result: Level = {
+        users, phase, ramp_s: ramp, hold_s: hold, requests: sent, rate: sent / wall,
+        p95_ms: k6Percentile(latencies, 95), p99_ms: k6Percentile(latencies, 99), failed, errors,
+        error_example: ok.map((r) => r.errors.example).find(Boolean) ?? results.find((r) => 'error' in r)?.error?.message ?? '',
+        server_cpu: cpuUs / (wall * 1e6), cpu_us: cpuUs / Math.max(1, sum('answered')),
+        generator_cpu: ok.reduce((total, r) => total + r.generator_cpu, 0), memory_peak_mb: peak / 2 ** 20, processes, memory_at_peak: atPeak,
+        pass: false,
+      }
+      result.pass = ok.length === generators.length && !serverDied && result.p95_ms < 500 && result.p99_ms < 1000 && failed < 0.01
+      // What failed first: memory (the cgroup killed, or would have), files, then the core, then the rest.
+      if (!result.pass) {
+        if (cgroup.oomKills() > 0 || peak > BOX_MEMORY_MB * 2 ** 20 || server.child.signalCode === 'SIGKILL') result.limit = 'memory'
+        else if (/EMFILE|too many open files/i.test(output + result.error_example)) result.limit = 'files'
+        else if (result.server_cpu > 0.9) result.limit = 'cpu'
+        else result.limit = 'errors'
+      }
+      levels.push(result)
+      appendFileSync(logFile, `${JSON.stringify(result)}\n`)
+      return result
+    } finally {
+      clearInterval(sampler)
+      for (const g of generators) g.kill()
+      await server.stop().catch(() => {})
+      cgroup.remove()
+    }
+  }
+
+  // The warm-up, then doubling from 2,500 while each level passes.
+  const box = boxCgroup('probe')
+  box.remove()
+  log(`score: the server on one core (taskset), ${box.note}; users on the other core; ${full ? 'the challenge\'s lengths (--full)' : 'shorter lengths than the challenge\'s (--full for those)'}`)
+  const expected = Math.max(2500, estimate.users)
+  const doublings = () => Math.max(1, Math.ceil(Math.log2(expected / 2500)) + 1)
+  remaining = () => levelSeconds(SEARCH) * doublings() + levelSeconds(SEARCH) * 4 + levelSeconds(CONFIRM)
+  await level(1000, 'warm-up', WARMUP)
+  let passed = 0
+  let failedAt = 0
+  for (let users = 2500, n = 0; ; users *= 2, n++) {
+    remaining = () => levelSeconds(SEARCH) * (Math.max(0, doublings() - n - 1) + 4) + levelSeconds(CONFIRM)
+    const result = await level(users, 'search', SEARCH)
+    if (!result.pass) {
+      failedAt = users
+      break
+    }
+    passed = users
+  }
+  // Narrowing: halve the bracket until it is within 250 users (--full), or an eighth of the best.
+  const resolution = full ? STEP : round(passed / 8)
+  const steps = () => Math.max(0, Math.ceil(Math.log2(Math.max(1, (failedAt - passed) / resolution))))
+  while (failedAt - passed > resolution) {
+    remaining = () => levelSeconds(SEARCH) * (steps() - 1) + levelSeconds(CONFIRM)
+    const users = round((passed + failedAt) / 2)
+    if (users <= passed || users >= failedAt) break
+    const result = await level(users, 'narrowing', SEARCH)
+    if (result.pass) passed = users
+    else failedAt = users
+  }
+  // The confirmation; a level that fails it steps down 250, as the challenge does (by default, by the
+  // coarser step the narrowing stopped at).
+  let score = passed
+  let confirmed: Level | undefined
+  while (score > 0) {
+    remaining = () => 0
+    confirmed = await level(score, 'confirmation', CONFIRM)
+    if (confirmed.pass) break
+    score -= resolution
+  }
+  const nextFailed = levels.filter((l) => !l.pass && l.users > score).sort((a, b) => a.users - b.users)[0]
+
+  // Processes: the box holds 65,535 files a process, this machine 20,000. Where the score needed more
+  // processes here than it would there, the same users in both ways, one after the other.
+  const cost = await processesCost(score, confirmed)
+  p.done()
+
+  printLevels(levels)
+  console.log('')
+  console.log(`measured in ${clock(p.elapsed())}: log ${logFile}`)
+  if (cost) console.log(cost.line)
+  // Memory a user, all in: at the score and at the best level below it, beyond the warm-up's 1,000.
+  const warm = levels[0]
+  const below = levels.filter((l) => l.pass && l.users < score && l.users > warm.users).sort((a, b) => b.users - a.users)[0]
+  for (const l of [confirmed, below]) {
+    if (!l?.pass) continue
+    const m = l.memory_at_peak
+    console.log(`memory at ${fmt(l.users)} users: ${fmt(l.memory_peak_mb)} MiB at peak (processes ${fmt(m.rss_mb)}, page cache ${fmt(m.cache_mb)}, ` +
+      `socket buffers ${fmt(m.sockets_mb)}, kernel ${fmt(m.kernel_mb)}): ${fmt(((l.memory_peak_mb - warm.memory_peak_mb) * 1024) / (l.users - warm.users), 1)} KB a user beyond the warm-up's`)
+  }
+  console.log(`estimate from CPU alone, beside it: 0.8 x ${fmt(estimate.mix_rps)} mix req/s / ${USER_RATE} = ${fmt(estimate.users)} users on one core of this machine`)
+  const holdText = `${clock(confirmed?.hold_s ?? 0).replace(/m00s$/, ' min')} hold`
+  const tail = nextFailed ? `next level failed on ${nextFailed.limit}` : 'no level failed'
+  console.log(confirmed?.pass
+    ? `score: ${score} users (${holdText}, p95 ${fmt(confirmed.p95_ms, 1)} ms, p99 ${fmt(confirmed.p99_ms, 1)} ms, ${fmt(confirmed.failed * 100, 2)}% failed); ${tail}`
+    : `score: 0 users (no level passed its confirmation); ${tail}`)
+  return { box: { memory_mb: BOX_MEMORY_MB, files: BOX_FILES }, full, levels, score, confirmed, processes_cost: cost }
+
+  async function processesCost(users: number, at: Level | undefined) {
+    if (!at) return undefined
+    const here = at.processes
+    const onBox = Math.ceil(users / (BOX_FILES * 0.9))
+    if (here <= onBox) return { here, on_box: onBox, line: `processes: ${here} here, ${onBox} on the box (65,535 files each): the same` }
+    // The cost of the extra processes, at a level one process holds here: one, then as many as the score
+    // needed, with a limit of files that splits the same users so.
+    const same = Math.min(users, 15_000)
+    const one = await level(same, 'one process', SEARCH)
+    const many = await level(same, `${here} processes`, SEARCH, Math.ceil(same / here / 0.85) + 64)
+    const ratio = many.cpu_us / one.cpu_us
+    return {
+      here, on_box: onBox, users: same, one, many, cpu_ratio: ratio,
+      line: `processes: ${here} here, ${onBox} on the box (65,535 files each); ${fmt(same)} users in ${many.processes} processes cost ` +
+        `${fmt(ratio, 2)} x the CPU a request of one (${fmt(many.cpu_us, 1)} against ${fmt(one.cpu_us, 1)} us), ${fmt(many.memory_peak_mb)} against ${fmt(one.memory_peak_mb)} MiB`,
+    }
+  }
+}
+
+function treeCpuTicksSafe(pid: number) {
+  try {
+    return treeCpuTicks(pid)
+  } catch {
+    return 0
+  }
+}
+
+function printLevels(levels: Level[]) {
+  const header = ['phase', 'users', 'requests', 'req/s', 'p95 ms', 'p99 ms', 'failed', 'server CPU', 'us/req', 'load CPU', 'MiB peak', 'processes', 'result']
+  const lines = levels.map((l) => [
+    l.phase, fmt(l.users), fmt(l.requests), fmt(l.rate), fmt(l.p95_ms, 1), fmt(l.p99_ms, 1), `${fmt(l.failed * 100, 2)}%`,
+    `${fmt(l.server_cpu * 100)}%`, fmt(l.cpu_us, 1), `${fmt(l.generator_cpu * 100)}%`, fmt(l.memory_peak_mb), String(l.processes),
+    l.pass ? 'pass' : `FAIL: ${l.limit}`,
+  ])
+  const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i].length)))
+  const row = (cells: string[]) => cells.map((c, i) => (i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ')
+  console.log(row(header))
+  for (const l of lines) console.log(row(l))
+}
+
+// The users generator against the real k6 at one level both can drive: the same users, ramp and hold,
+// each on a fresh server in the same limits. k6's figures cover its whole run (its ramps too), ours the
+// hold; with the server far from saturated, the two should agree within noise.
+export async function k6Check({ seed, flags, k6, users = 10_000, ramp = 30, hold = 60 }: { seed: Seed; flags: string[]; k6: string; users?: number; ramp?: number; hold?: number }) {
+  const tokens = join(CACHE, `k6-tokens-${process.pid}.json`)
+  writeFileSync(tokens, JSON.stringify(readFileSync(seed.tokens, 'utf8').trim().split('\n').map((token) => ({ token }))))
+  const summary = join(CACHE, `k6-summary-${process.pid}.json`)
+  const cgroup = boxCgroup('k6')
+  const server = await startServer(join(ROOT, 'dist', 'app.js'), { flags, seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } })
+  let k6Result
+  try {
+    const started = performance.now()
+    const child = spawn('taskset', ['-c', LOAD_CORE, k6, 'run', '--quiet', '--no-color', '--summary-export', summary,
+      '-e', `BASE_URL=${server.url}`, '-e', `VUS=${users}`, '-e', `RAMP_UP=${ramp}s`, '-e', `DURATION=${hold}s`, '-e', `TOKENS=${tokens}`,
+      join(ROOT, 'load.js')], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, K6_NO_USAGE_REPORT: 'true' } })
+    const [code] = await once(child, 'exit')
+    const m = JSON.parse(readFileSync(summary, 'utf8')).metrics
+    k6Result = {
+      exit: code, seconds: (performance.now() - started) / 1000, requests: m.http_reqs.count, rate: m.http_reqs.rate,
+      p95_ms: m.http_req_duration['p(95)'], p99_ms: m.http_req_duration['p(99)'], failed: m.http_req_failed.value,
+    }
+  } finally {
+    await server.stop()
+    cgroup.remove()
+    rmSync(tokens, { force: true })
+    rmSync(summary, { force: true })
+  }
+  // Ours, the same way as a level of the score.
+  const ourCgroup = boxCgroup('ours')
+  const ourServer = await startServer(join(ROOT, 'dist', 'app.js'), { flags, seed, cgroup: ourCgroup.dir, env: { HOST: '0.0.0.0' } })
+  let ours
+  try {
+    const latencies = join(CACHE, `k6-check-latencies-${process.pid}.json`)
+    const g = usersGenerator({ url: ourServer.url, connections: users, tokens: seed.tokens, latencies, idle: 0, hold, ramp, loopOnArrival: true })
+    await g.next('connected')
+    const done = await g.next('done')
+    const sorted = (JSON.parse(readFileSync(latencies, 'utf8')) as number[]).sort((a, b) => a - b)
+    rmSync(latencies, { force: true })
+    const errors = done.errors.status + done.errors.body + done.errors.closed + done.errors.connect + done.unanswered
+    ours = { requests: done.sent, rate: done.sent / done.seconds, p95_ms: k6Percentile(sorted, 95), p99_ms: k6Percentile(sorted, 99), failed: errors / Math.max(1, done.sent) }
+  } finally {
+    await ourServer.stop()
+    ourCgroup.remove()
+  }
+  console.log(`${fmt(users)} users, ${ramp} s ramp, ${hold} s hold:`)
+  console.log(`  k6 ${fmt(k6Result.rate)} req/s over its run (${fmt(k6Result.requests)} requests in ${fmt(k6Result.seconds)} s), p95 ${fmt(k6Result.p95_ms, 2)} ms, p99 ${fmt(k6Result.p99_ms, 2)} ms, ${fmt(k6Result.failed * 100, 2)}% failed (exit ${k6Result.exit})`)
+  console.log(`  bench/users.ts ${fmt(ours.rate)} req/s in the hold (${fmt(ours.requests)} requests), p95 ${fmt(ours.p95_ms, 2)} ms, p99 ${fmt(ours.p99_ms, 2)} ms, ${fmt(ours.failed * 100, 2)}% failed`)
+  console.log(`  expected in the hold: ${fmt(users * USER_RATE)} req/s (${fmt(users)} x ${USER_RATE})`)
+  return { users, ramp, hold, k6: k6Result, ours }
+}
