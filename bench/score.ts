@@ -321,7 +321,7 @@ export async function k6Check({ seed, flags, k6, users = 10_000, ramp = 30, hold
   let k6Result
   try {
     const started = performance.now()
-    const child = spawn('taskset', ['-c', LOAD_CORE, k6, 'run', '--quiet', '--no-color', '--summary-export', summary,
+    const child = spawn('taskset', ['-c', LOAD_CORE, k6, 'run', '--quiet', '--no-color', '--summary-export', summary, '--summary-trend-stats', 'med,p(95),p(99),max',
       '-e', `BASE_URL=${server.url}`, '-e', `VUS=${users}`, '-e', `RAMP_UP=${ramp}s`, '-e', `DURATION=${hold}s`, '-e', `TOKENS=${tokens}`,
       join(ROOT, 'load.js')], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, K6_NO_USAGE_REPORT: 'true' } })
     const [code] = await once(child, 'exit')
