@@ -272,7 +272,8 @@ function recordInBenchmarks(result: Record<string, any>, rows: Summary[], hold: 
     mix ? fmt(mix.rps) : '-', holdCell, result.users_estimate ? fmt(result.users_estimate) : '-',
   ]
   writeFileSync(file, text.replace(marker, `| ${cells.join(' | ')} |\n${marker}`))
-  writeFileSync(join(ROOT, 'bench', 'chart.svg'), renderChart(rows.filter((r) => r.variant === 'ours' || r.variant === 'ceiling'), c0, `${result.date.slice(0, 10)}, ${result.commit}`))
+  const caption = `${scoreLine()}${result.date.slice(0, 10)}, ${result.commit}`
+  writeFileSync(join(ROOT, 'bench', 'chart.svg'), renderChart(rows.filter((r) => r.variant === 'ours' || r.variant === 'ceiling'), c0, caption))
   log('bench: recorded a row in BENCHMARKS.md and redrew bench/chart.svg')
 }
 
@@ -425,6 +426,15 @@ async function runInstructions(seed: Seed, flags: string[]) {
   if (args.record) recordBaseline(result, commitOf(ROOT))
 }
 
+// The chart says the measured score first, then the estimate, then its own run: bench/score.json is
+// what --score --record last measured.
+const SCORE_FILE = join(ROOT, 'bench', 'score.json')
+function scoreLine() {
+  if (!existsSync(SCORE_FILE)) return ''
+  const s = JSON.parse(readFileSync(SCORE_FILE, 'utf8'))
+  return `score ${fmt(s.score)} users measured in the box's limits (${s.date.slice(0, 10)}, ${s.commit}${s.full ? ', --full' : ''}); estimate from CPU ${fmt(s.estimate)}. Chart: `
+}
+
 async function runScore(seed: Seed, flags: string[]) {
   const { k6Check, scoreBench } = await import('./score.ts')
   if (args.k6) {
@@ -441,6 +451,14 @@ async function runScore(seed: Seed, flags: string[]) {
   const file = join(RESULTS, `${new Date().toISOString().replace(/[:.]/g, '-')}-${ours.commit}-score.json`)
   writeFileSync(file, JSON.stringify({ date: new Date().toISOString(), commit: ours.commit, node: process.version, estimate, ...result }, null, 2))
   console.log(`results: ${file}`)
+  if (args.record) {
+    writeFileSync(SCORE_FILE, JSON.stringify({ date: new Date().toISOString(), commit: ours.commit, full: args.full, score: result.score, estimate: Math.round(estimate.users), line: result.line }, null, 2) + '\n')
+    // The chart's caption, redrawn in place: its bars are the saturation run's.
+    const chart = join(ROOT, 'bench', 'chart.svg')
+    const svg = readFileSync(chart, 'utf8').replace(/(<text x="16" y="46"[^>]*>)(?:score [^<]*Chart: )?/, (_, open) => `${open}${scoreLine()}`)
+    writeFileSync(chart, svg)
+    log('bench: wrote bench/score.json and the score into bench/chart.svg')
+  }
 }
 
 async function runCluster(seed: Seed, flags: string[]) {

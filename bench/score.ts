@@ -264,10 +264,11 @@ export async function scoreBench({ seed, flags, full, estimate, commit }: {
   console.log(`estimate from CPU alone, beside it: 0.8 x ${fmt(estimate.mix_rps)} mix req/s / ${USER_RATE} = ${fmt(estimate.users)} users on one core of this machine`)
   const holdText = `${clock(confirmed?.hold_s ?? 0).replace(/m00s$/, ' min')} hold`
   const tail = nextFailed ? `next level failed on ${nextFailed.limit}` : 'no level failed'
-  console.log(confirmed?.pass
+  const line = confirmed?.pass
     ? `score: ${score} users (${holdText}, p95 ${fmt(confirmed.p95_ms, 1)} ms, p99 ${fmt(confirmed.p99_ms, 1)} ms, ${fmt(confirmed.failed * 100, 2)}% failed); ${tail}`
-    : `score: 0 users (no level passed its confirmation); ${tail}`)
-  return { box: { memory_mb: BOX_MEMORY_MB, files: BOX_FILES }, full, levels, score, confirmed, processes_cost: cost }
+    : `score: 0 users (no level passed its confirmation); ${tail}`
+  console.log(line)
+  return { box: { memory_mb: BOX_MEMORY_MB, files: BOX_FILES }, full, levels, score: confirmed?.pass ? score : 0, confirmed, processes_cost: cost, line }
 
   async function processesCost(users: number, at: Level | undefined) {
     if (!at) return undefined
