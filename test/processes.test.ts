@@ -42,9 +42,9 @@ const alive = (pid: number) => {
 async function openConnections(port: number, count: number): Promise<Socket[]> {
   return Promise.all(Array.from({ length: count }, async () => {
     const socket = connect(port, '127.0.0.1').on('error', () => {}) // those of a process killed: reset
-    await once(socket, 'connect')
+    await once(socket, 'connect', { signal: AbortSignal.timeout(10_000) })
     socket.write('GET /posts/1 HTTP/1.1\r\nHost: x\r\n\r\n')
-    const [answer] = await once(socket, 'data')
+    const [answer] = await once(socket, 'data', { signal: AbortSignal.timeout(10_000) })
     assert.match(String(answer), /^HTTP\/1.1 200 OK/)
     return socket
   }))
@@ -90,7 +90,7 @@ describe('more connections than one process has files for', () => {
         assert.ok(survivors.length >= 900, `${survivors.length} of the first process's connections still open`)
         for (const socket of [...survivors.slice(0, 50), ...more.slice(-50)]) {
           socket.write('GET /posts/2 HTTP/1.1\r\nHost: x\r\n\r\n')
-          const [answer] = await once(socket, 'data')
+          const [answer] = await once(socket, 'data', { signal: AbortSignal.timeout(10_000) })
           assert.match(String(answer), /^HTTP\/1.1 200 OK/)
         }
         for (const socket of [...kept, ...more]) socket.destroy()
