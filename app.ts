@@ -6,7 +6,7 @@ import { verify } from 'hono/jwt'
 import { fork, type ChildProcess } from 'node:child_process'
 import cluster from 'node:cluster'
 import { once } from 'node:events'
-import { accessSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, statfsSync, statSync } from 'node:fs'
+import { accessSync, chmodSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, statfsSync, statSync } from 'node:fs'
 import { createServer, STATUS_CODES, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http'
 import { createServer as createNetServer, Server as NetServer, type AddressInfo, type Socket } from 'node:net'
 import { dirname } from 'node:path'
@@ -46,45 +46,51 @@ if (!existsSync(SQLITE_PATH)) {
   console.log(`created ${SQLITE_PATH} with empty tables; for the challenge data stop the server and run: npm run seed -- --force ${SQLITE_PATH}`)
 }
 
-// Reads and writes have a connection each, so a write waiting for the lock never holds up a read.
-// Every statement is prepared once per connection. Reads return one column: the body SQLite built.
-function openReads() {
-  return opened(BUSY_TIMEOUT_MS, (db) => ({
-    db,
-    feed: db.prepare(`
-      SELECT json_object('posts', json_group_array(json_object(
-               'id', p.id, 'body', p.body, 'created_at', p.created_at, 'author', u.username,
-               'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
-             ) ORDER BY p.created_at DESC, p.id DESC)) AS json
-      FROM (SELECT id, user_id, body, created_at FROM posts ORDER BY created_at DESC, id DESC LIMIT 20) AS p
-      JOIN users AS u ON u.id = p.user_id`),
-    // No JOIN here: with a JOIN, SQLite's planner looks at the bound id, and every call then prepares
-    // the statement again (three times the cost, bench/statements.ts). Scalar subqueries do not.
-    post: db.prepare(`
-      SELECT json_object('post', json_object(
-               'id', p.id, 'body', p.body, 'created_at', p.created_at,
-               'author', (SELECT username FROM users AS u WHERE u.id = p.user_id),
-               'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
-             )) AS json
-      FROM posts AS p
-      WHERE p.id = ?`),
-    postExists: db.prepare('SELECT 1 FROM posts WHERE id = ?'),
-    // Reads a page of the file, where SELECT 1 would not touch it.
-    ping: db.prepare('SELECT count(*) FROM sqlite_schema'),
-  }))
-}
-
-// The writer's busy timeout is 0: a write that finds the lock taken is retried on a timer
-// (commitBatch), so the event loop never sleeps in SQLite's busy handler.
-function openWrites() {
-  return opened(0, (db) => {
+// One connection takes the reads and the writes. A second one for the reads would lose its page cache
+// at every commit of the first (SQLite empties a connection's cache whenever the WAL changed under it),
+// and the reads after each write would fetch their pages again (BENCHMARKS.md, "One connection").
+// Every statement is prepared once. Reads return one column: the body SQLite built.
+function openDatabase() {
+  if (!existsSync(SQLITE_PATH)) throw new ApiError(503, 'database file is missing') // opening would create it
+  // Opening never waits on a lock another process holds: the start waits on its own (waitForDatabase).
+  const db = new DatabaseSync(SQLITE_PATH, { timeout: 0 })
+  try {
+    // Stored in the file: readers never wait for the writer. Set only where it is not, since setting it
+    // is a write, and a LiteFS replica's file is the primary's to write.
+    if ((db.prepare('PRAGMA journal_mode').get() as { journal_mode: string }).journal_mode !== 'wal') db.exec('PRAGMA journal_mode = WAL')
     db.exec(`
-      PRAGMA journal_mode = WAL;    -- stored in the file: readers never wait for the writer
       PRAGMA synchronous = NORMAL;  -- a commit survives a process crash without an fsync of its own
       PRAGMA wal_autocheckpoint = ${WAL_AUTOCHECKPOINT};
     `)
-    return {
+    const statements = {
       db,
+      // SQLite opens a file it may not write read-only, and such a connection stays so.
+      readOnly: !isWritable(SQLITE_PATH),
+      feed: db.prepare(`
+        SELECT json_object('posts', json_group_array(json_object(
+                 'id', p.id, 'body', p.body, 'created_at', p.created_at, 'author', u.username,
+                 'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
+               ) ORDER BY p.created_at DESC, p.id DESC)) AS json
+        FROM (SELECT id, user_id, body, created_at FROM posts ORDER BY created_at DESC, id DESC LIMIT 20) AS p
+        JOIN users AS u ON u.id = p.user_id`),
+      // No JOIN here: with a JOIN, SQLite's planner looks at the bound id, and every call then prepares
+      // the statement again (three times the cost, bench/statements.ts). Scalar subqueries do not.
+      post: db.prepare(`
+        SELECT json_object('post', json_object(
+                 'id', p.id, 'body', p.body, 'created_at', p.created_at,
+                 'author', (SELECT username FROM users AS u WHERE u.id = p.user_id),
+                 'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
+               )) AS json
+        FROM posts AS p
+        WHERE p.id = ?`),
+      postExists: db.prepare('SELECT 1 FROM posts WHERE id = ?'),
+      // Reads a page of the file, where SELECT 1 would not touch it.
+      ping: db.prepare('SELECT count(*) FROM sqlite_schema'),
+      // Reads wait for another process's locks up to BUSY_TIMEOUT_MS (a LiteFS replica applying a
+      // transaction holds them a moment). Taking the write lock never waits: a write that finds it
+      // taken is retried on a timer (commitBatch), so the event loop never sleeps in SQLite's busy handler.
+      noWait: db.prepare('PRAGMA busy_timeout = 0'),
+      wait: db.prepare(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`),
       begin: db.prepare('BEGIN IMMEDIATE'),
       commit: db.prepare('COMMIT'),
       rollback: db.prepare('ROLLBACK'),
@@ -96,38 +102,34 @@ function openWrites() {
       // Inserts only when the post exists, and ignores a repeated like.
       insertLike: db.prepare('INSERT OR IGNORE INTO likes (user_id, post_id) SELECT ?, id FROM posts WHERE id = ?'),
     }
-  })
-}
-
-// A connection and its statements. Opening never waits on a lock another process holds (the start
-// waits on its own: waitForDatabase); afterwards its statements wait up to busyTimeoutMs. Opening a
-// path with no file would create an empty one: a missing file stays a 503.
-function opened<T>(busyTimeoutMs: number, prepare: (db: DatabaseSync) => T): T {
-  if (!existsSync(SQLITE_PATH)) throw new ApiError(503, 'database file is missing')
-  const db = new DatabaseSync(SQLITE_PATH, { timeout: 0 })
-  try {
-    const connection = prepare(db)
-    db.exec(`PRAGMA busy_timeout = ${busyTimeoutMs}`)
-    return connection
+    statements.wait.run()
+    return statements
   } catch (error) {
     db.close()
     throw error
   }
 }
 
-// Opened at start (run), or else by the first request that needs one. After a fault that only a new
-// connection gets past (a file that was read-only, say) the writer is closed, and writer() opens another.
-type Reads = ReturnType<typeof openReads>
-type Writes = ReturnType<typeof openWrites>
-let reads: Reads | undefined
-let writes: Writes | undefined
+// Opened at start (run), or else by the first request. After a fault that only a new connection gets
+// past (a file that was read-only, say) it is closed, and the next request opens another.
+type Database = ReturnType<typeof openDatabase>
+let connection: Database | undefined
 
-function reader(): Reads {
-  return (reads ??= openReads())
+function database(): Database {
+  if (connection?.readOnly && isWritable(SQLITE_PATH)) reopenWritable()
+  return (connection ??= openDatabase())
 }
 
-function writer(): Writes {
-  return (writes ??= openWrites())
+// The file is writable again: a new connection replaces the read-only one. SQLite made the WAL and its
+// index with the file's mode of then, read-only, and a connection could not write through them.
+function reopenWritable() {
+  closeDatabase()
+  const { mode } = statSync(SQLITE_PATH)
+  for (const file of [`${SQLITE_PATH}-wal`, `${SQLITE_PATH}-shm`]) {
+    try {
+      chmodSync(file, mode & 0o777)
+    } catch {} // gone, or another user's: the writes will say read-only, as they do now
+  }
 }
 
 // The key is imported once; every request still verifies its token.
@@ -189,10 +191,10 @@ app.get('/health', async () => {
   return jsonResponse(200, JSON.stringify({ status: 'ok', db: 'ok', uptime_s: Math.floor((Date.now() - startedAt) / 1000) }))
 })
 
-app.get('/feed', () => jsonResponse(200, (reader().feed.get() as JsonRow).json))
+app.get('/feed', () => jsonResponse(200, (database().feed.get() as JsonRow).json))
 
 app.get('/posts/:id', (c) => {
-  const row = reader().post.get(parsePostId(c.req.param('id'))) as JsonRow | undefined
+  const row = database().post.get(parsePostId(c.req.param('id'))) as JsonRow | undefined
   if (!row) throw new ApiError(404, 'post not found')
   return jsonResponse(200, row.json)
 })
@@ -208,7 +210,7 @@ app.post('/posts/:id/like', forwardOnReplica, async (c) => {
   const user = await authenticate(c)
   const postId = parsePostId(c.req.param('id'))
   const { changes } = await rejectUnknownUser(inTransaction((w) => w.insertLike.run(user.id, postId)))
-  if (changes === 0 && !reader().postExists.get(postId)) throw new ApiError(404, 'post not found')
+  if (changes === 0 && !database().postExists.get(postId)) throw new ApiError(404, 'post not found')
   return jsonResponse(changes ? 201 : 200, JSON.stringify({ liked: true, already_liked: changes === 0, post_id: postId }))
 })
 
@@ -294,10 +296,10 @@ async function readPostBody(c: Context): Promise<string> {
 
 // Group commit: the writes that arrive in one event-loop turn share one transaction, and each
 // request's promise settles only after that transaction has committed (a 201 means committed).
-type PendingWrite = { write: (w: Writes) => unknown; resolve: (value: any) => void; reject: (error: unknown) => void }
+type PendingWrite = { write: (w: Database) => unknown; resolve: (value: any) => void; reject: (error: unknown) => void }
 let pendingWrites: PendingWrite[] = []
 
-function inTransaction<T>(write: (w: Writes) => T): Promise<T> {
+function inTransaction<T>(write: (w: Database) => T): Promise<T> {
   return new Promise((resolve, reject) => {
     if (pendingWrites.push({ write, resolve, reject }) === 1) setImmediate(commitPendingWrites)
   })
@@ -310,11 +312,16 @@ function commitPendingWrites() {
 }
 
 function commitBatch(batch: PendingWrite[], deadline: number, retryMs: number) {
-  let w: Writes | undefined
+  let w: Database | undefined
   const outcomes: { ok: boolean; value: unknown }[] = []
   try {
-    w = writer()
-    w.begin.run()
+    w = database()
+    w.noWait.run()
+    try {
+      w.begin.run()
+    } finally {
+      w.wait.run()
+    }
   } catch (error) {
     // Another connection holds the write lock: try again soon, serving other requests meanwhile.
     const wait = Math.min(retryMs, deadline - Date.now())
@@ -346,17 +353,14 @@ function commitBatch(batch: PendingWrite[], deadline: number, retryMs: number) {
 }
 
 function failBatch(batch: PendingWrite[], error: unknown) {
-  forgetWriterAfter(error)
+  forgetConnectionAfter(error)
   for (const { reject } of batch) reject(error)
 }
 
-// A connection that opened the file read-only stays so: the next write opens a new one.
-function forgetWriterAfter(error: unknown) {
-  const code = (error as { errcode?: number } | undefined)?.errcode
-  if (writes && (code === SQLITE_READONLY || code === SQLITE_CANTOPEN)) {
-    writes.db.close()
-    writes = undefined
-  }
+// A connection that cannot open its files is closed: the next request opens another. (One that opened
+// the file read-only is replaced once the file is writable: database().)
+function forgetConnectionAfter(error: unknown) {
+  if ((error as { errcode?: number } | undefined)?.errcode === SQLITE_CANTOPEN) closeDatabase()
 }
 
 // A signed token whose user id has no row cannot write: the foreign key refuses it.
@@ -497,7 +501,7 @@ function pollPosition() {
 // Whatever stands between the database and a read or a write right now; /health asks on every call.
 async function databaseProblem(): Promise<string | undefined> {
   try {
-    reader().ping.get()
+    database().ping.get()
     if (!existsSync(SQLITE_PATH)) return 'database file is missing'
     if (onLiteFS && isReplica()) return undefined // a replica's writes are the primary's to take
     // SQLite lets a read-only connection take the write lock; only the first write would fail.
@@ -510,7 +514,7 @@ async function databaseProblem(): Promise<string | undefined> {
     await inTransaction(() => undefined)
     return undefined
   } catch (error) {
-    forgetWriterAfter(error)
+    forgetConnectionAfter(error)
     const trouble = databaseTrouble(error)
     if (trouble) return trouble
     console.error(error)
@@ -528,21 +532,19 @@ function isWritable(path: string) {
 }
 
 function closeDatabase() {
-  writes?.db.close()
-  reads?.db.close()
+  connection?.db.close()
+  connection = undefined
 }
 
 // Another process may hold the database's locks for a while at start: LiteFS writing a new replica's
 // copy into it, or a long transaction elsewhere. The start waits for them, and says so, for up to
 // START_WAIT_MS; then it serves anyway: /health says the database is busy, and the first request to
-// find it free opens the connections. On a replica the writer stays closed: opening it sets the journal
-// mode, a write, and a replica's writes are the primary's.
+// find it free opens the connection.
 async function waitForDatabase() {
   const started = Date.now()
   for (let waited = false; ; waited = true) {
     try {
-      reader()
-      if (!(onLiteFS && isReplica())) writer()
+      database()
       if (waited) console.log(`start: ${SQLITE_PATH} is free after ${((Date.now() - started) / 1000).toFixed(1)} s`)
       return
     } catch (error) {
