@@ -88,9 +88,11 @@ describe('more connections than one process has files for', () => {
         const more = await openConnections(port, 1000)
         const survivors = kept.filter((socket) => !socket.destroyed)
         assert.ok(survivors.length >= 900, `${survivors.length} of the first process's connections still open`)
+        // The last of them may wait in the kernel's queue for a helper that is still starting, which can
+        // take seconds while the whole suite loads both cores (seen once: no answer within 10 s).
         for (const socket of [...survivors.slice(0, 50), ...more.slice(-50)]) {
           socket.write('GET /posts/2 HTTP/1.1\r\nHost: x\r\n\r\n')
-          const [answer] = await once(socket, 'data', { signal: AbortSignal.timeout(10_000) })
+          const [answer] = await once(socket, 'data', { signal: AbortSignal.timeout(30_000) })
           assert.match(String(answer), /^HTTP\/1.1 200 OK/)
         }
         for (const socket of [...kept, ...more]) socket.destroy()
