@@ -23,7 +23,9 @@ import { join } from 'node:path'
 import { CACHE, log, processTree, RESULTS, ROOT, type Seed } from './lib.ts'
 import { KINDS, send, sequence, type Kind } from './sequence.ts'
 
-export const N = 2_000
+// Requests a window: the first n warm the JIT up, the next n are counted. --n sets it (the guard's is 2,000).
+export const DEFAULT_N = 2_000
+let N = DEFAULT_N
 // Under valgrind: a repeatable count (bench/README.md, "Counting instructions").
 const PREDICTABLE = ['--predictable', '--random-seed=1', '--hash-seed=1']
 // A difference smaller than this is noise whatever one run's A/A says: runs of the same build spread
@@ -227,7 +229,8 @@ function print(kinds: Kind[], table: Table, passes: { a: Table; aa: Table }, noi
   console.log(`\nA/A noise, the largest difference of the same build run twice: warm Ir ${pct(noise.warm)}, first n Ir ${pct(noise.first)}, syscalls ${pct(noise.syscalls)}, CPU time ${pct(noise.cpu)}`)
 }
 
-export async function instructionsBench({ seed, flags, only, against }: { seed: Seed; flags: string[]; only?: Kind[]; against?: { ref: string; app: string } }) {
+export async function instructionsBench({ seed, flags, only, against, n = DEFAULT_N }: { seed: Seed; flags: string[]; only?: Kind[]; against?: { ref: string; app: string }; n?: number }) {
+  N = n
   const kinds = only ?? [...KINDS]
   const tokens = readFileSync(seed.tokens, 'utf8').trim().split('\n')
   const targets: Target[] = [

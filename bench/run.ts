@@ -43,6 +43,8 @@ const { values: args } = parseArgs({
     score: { type: 'boolean', default: false },
     full: { type: 'boolean', default: false },
     k6: { type: 'string' },
+    floor: { type: 'boolean', default: false },
+    n: { type: 'string' },
   },
 })
 
@@ -306,6 +308,8 @@ async function main() {
   }
   // The same server as `npm start` runs it with LITESTREAM_REPLICA_URL: under `litestream replicate`,
   // whose CPU counts as the server's (one core holds both), replicating to a folder beside the copy.
+  // The stack's floor (bench/floor.ts): the same SQL with nothing of ours around it, same Node and flags.
+  if (args.floor) variants.push({ ...ours, name: 'floor', app: join(ROOT, 'bench', 'floor.ts') })
   if (args.replicate) {
     variants.push({ ...ours, name: 'litestream', app: join(ROOT, 'dist', 'start.js'), env: { LITESTREAM_REPLICA_URL: REPLICA_URL } })
   }
@@ -346,9 +350,11 @@ async function main() {
     if (comparing) {
       console.log('')
       for (const e of only.filter((x) => x !== 'ceiling')) {
-        const [a, b] = variants.map((v) => rows.find((r) => r.endpoint === e && r.variant === v.name)!)
-        const litestream = b.litestream_cpu_us ? `   (Litestream itself: ${fmt(b.litestream_cpu_us, 1)} of ${fmt(b.cpu_us, 1)} us/req)` : ''
-        console.log(`${LABEL[e].padEnd(22)} CPU/req ${variants[1].name} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   req/s ${fmt(b.rps / a.rps, 3)}${litestream}`)
+        const [a, ...others] = variants.map((v) => rows.find((r) => r.endpoint === e && r.variant === v.name)!)
+        for (const b of others) {
+          const litestream = b.litestream_cpu_us ? `   (Litestream itself: ${fmt(b.litestream_cpu_us, 1)} of ${fmt(b.cpu_us, 1)} us/req)` : ''
+          console.log(`${LABEL[e].padEnd(22)} CPU/req ${b.variant} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   req/s ${fmt(b.rps / a.rps, 3)}${litestream}`)
+        }
       }
       if (holds.length) {
         // Medians of each variant's holds.
@@ -414,6 +420,7 @@ async function runInstructions(seed: Seed, flags: string[]) {
   const packages: Record<string, string> = { valgrind: 'valgrind', setarch: 'util-linux', perf: 'linux-perf' }
   const missing = Object.keys(packages).filter((tool) => (tool !== 'perf' || !args.check) && spawnSync('which', [tool]).status !== 0)
   if (missing.length) throw new Error(`--instructions needs ${missing.join(', ')}: apt-get install ${missing.map((t) => packages[t]).join(' ')}`)
+  if (args.check && args.n) throw new Error('--check counts with the baseline\'s n; leave --n out')
   if (args.check) {
     process.exitCode = (await checkBaseline({ seed, flags })) ? 0 : 1
     return
@@ -421,8 +428,9 @@ async function runInstructions(seed: Seed, flags: string[]) {
   const kinds = only.filter((e) => e !== 'ceiling') as (typeof KINDS)[number][]
   const against = args.against ? { ref: args.against, app: buildAgainst(args.against) } : undefined
   console.log(`bench ${new Date().toISOString()}: commit ${commitOf(ROOT)}, Node ${process.version}`)
-  const result = await instructionsBench({ seed, flags, only: kinds, against })
+  const result = await instructionsBench({ seed, flags, only: kinds, against, n: args.n ? Number(args.n) : undefined })
   saveResult({ date: new Date().toISOString(), commit: commitOf(ROOT), node: process.version, ...result }, commitOf(ROOT))
+  if (args.record && args.n) throw new Error('--record writes the guard\'s baseline, counted with its n; leave --n out')
   if (args.record) recordBaseline(result, commitOf(ROOT))
 }
 
