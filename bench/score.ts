@@ -328,7 +328,7 @@ export async function k6Check({ seed, flags, k6, users = 10_000, ramp = 60, hold
   const server = await startServer(join(ROOT, 'dist', 'app.js'), { flags, seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } })
   let k6Result
   try {
-    const child = spawn('taskset', ['-c', LOAD_CORE, k6, 'run', '--quiet', '--no-color', '--no-summary', '--out', `csv=${csv}`,
+    const child = spawn('taskset', ['-c', LOAD_CORE, k6, 'run', '--quiet', '--no-color', '--out', `csv=${csv}`,
       '-e', `BASE_URL=${server.url}`, '-e', `VUS=${users}`, '-e', `RAMP_UP=${ramp}s`, '-e', `DURATION=${hold}s`, '-e', `TOKENS=${tokens}`,
       join(ROOT, 'load.js')], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, K6_NO_USAGE_REPORT: 'true' } })
     // k6's CPU, sampled every second (taskset execs k6: the same process).
@@ -340,6 +340,7 @@ export async function k6Check({ seed, flags, k6, users = 10_000, ramp = 60, hold
     }, 1000)
     const [code] = await once(child, 'exit')
     clearInterval(sampler)
+    if (!existsSync(csv)) throw new Error(`k6 exited with ${code} and wrote no ${csv}`)
     // The hold: from the end of the ramp after the first request, for `hold` seconds.
     const durations: number[] = []
     let requests = 0
