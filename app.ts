@@ -323,7 +323,7 @@ function commitBatch(batch: PendingWrite[], deadline: number, retryMs: number) {
       w.wait.run()
     }
   } catch (error) {
-    // Another connection holds the write lock: try again soon, serving other requests meanwhile.
+    // Another process holds the write lock: try again soon, serving other requests meanwhile.
     const wait = Math.min(retryMs, deadline - Date.now())
     if (databaseTrouble(error) === 'database is busy' && wait > 0) {
       setTimeout(commitBatch, wait, batch, deadline, Math.min(2 * retryMs, 50))

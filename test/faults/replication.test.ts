@@ -175,11 +175,14 @@ describe('a clean stop, then the disk lost', () => {
     const stream = writeStream(server.url, tokens, 'clean stop')
     await sleep(3_000)
     // Litestream 0.3.13 exits 1 when its last sync also calls for a checkpoint: it runs that on a
-    // context it has just cancelled. The frames are sent before it; the restore below is the proof.
+    // context it has just cancelled. It also exits 1, now and then, when its last sync and its monitor
+    // upload the same WAL segment at once, and one finds the other's temporary file gone (seen once in
+    // CI: two "write wal segment" at one position, then "client write: stat ....wal.lz4.tmp"). The
+    // frames are sent before either; the restore below is the proof (issue 18 moves to 0.5).
     const code = await server.stop('SIGTERM')
-    const closeBug = /error closing db.*release read lock: context canceled/.test(server.output())
+    const closeBug = /error closing db.*(release read lock: context canceled|client write: stat .*\.tmp: no such file or directory)/.test(server.output())
     assert.ok(code === 0 || (code === 1 && closeBug), `Litestream and the server exit 0:\n${server.output().slice(-3000)}`)
-    t.diagnostic(`exit ${code}${closeBug ? " (Litestream 0.3.13's checkpoint on a cancelled context at close)" : ''}`)
+    t.diagnostic(`exit ${code}${closeBug ? " (one of Litestream 0.3.13's two failures at close, above)" : ''}`)
     await stream.stop()
     assert.deepEqual(stream.errors, [])
     rmSync(dir, { recursive: true })
