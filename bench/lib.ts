@@ -112,13 +112,14 @@ export const REPLICA_URL = `file://${join(WORKDIR, 'replica')}`
 
 // A server run by this Node (or the given one) on the server core (or the given cores), on a fresh copy
 // of the seed when given one, in the cgroup when given one.
-export async function startServer(script: string, { node = process.execPath, flags = [], seed, cgroup, cores = SERVER_CORE, env = {} }: { node?: string; flags?: string[]; seed?: Seed; cgroup?: string; cores?: string; env?: Record<string, string> }): Promise<Server> {
-  mkdirSync(WORKDIR, { recursive: true })
-  const copy = join(WORKDIR, 'feed.db')
+// Servers that run at the same time each need a workdir of their own.
+export async function startServer(script: string, { node = process.execPath, flags = [], seed, cgroup, cores = SERVER_CORE, env = {}, workdir = WORKDIR }: { node?: string; flags?: string[]; seed?: Seed; cgroup?: string; cores?: string; env?: Record<string, string>; workdir?: string }): Promise<Server> {
+  mkdirSync(workdir, { recursive: true })
+  const copy = join(workdir, 'feed.db')
   // The copy, and the replica and Litestream's own files beside it when it was replicated.
   const clean = () => {
     for (const suffix of ['', '-wal', '-shm']) rmSync(copy + suffix, { force: true })
-    for (const path of [join(WORKDIR, 'replica'), join(WORKDIR, '.feed.db-litestream'), join(WORKDIR, '.feed.db-litestream.yml')]) rmSync(path, { recursive: true, force: true })
+    for (const path of [join(workdir, 'replica'), join(workdir, '.feed.db-litestream'), join(workdir, '.feed.db-litestream.yml')]) rmSync(path, { recursive: true, force: true })
   }
   clean()
   if (seed) copyFileSync(seed.db, copy)

@@ -15,7 +15,7 @@ import { cpus, release, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { renderChart } from './chart.ts'
-import { CACHE, cpuTicks, ensureTools, LOAD_CORE, log, memoryCgroup, nodeRelease, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startServer, TICK_US, treeCpuTicks, treeMemoryKb, usersGenerator, wrk, type Seed } from './lib.ts'
+import { CACHE, cpuTicks, ensureTools, LOAD_CORE, log, memoryCgroup, nodeRelease, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startServer, TICK_US, treeCpuTicks, treeMemoryKb, usersGenerator, wrk, WORKDIR, type Seed } from './lib.ts'
 
 const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
 // New users a second while the users connect: k6 ramps to any level in 60 s, which is 1,667 a second
@@ -44,6 +44,7 @@ const { values: args } = parseArgs({
     full: { type: 'boolean', default: false },
     k6: { type: 'string' },
     floor: { type: 'boolean', default: false },
+    together: { type: 'boolean', default: false },
     n: { type: 'string' },
   },
 })
@@ -108,10 +109,10 @@ type Saturation = {
   cpu_us: number; litestream_cpu_us: number; server_cpu: number; load_cpu: number; peak_rss_mb: number
 }
 
-const serve = (variant: Variant | 'ceiling', seed: Seed, cgroup?: string, host = '127.0.0.1') =>
+const serve = (variant: Variant | 'ceiling', seed: Seed, cgroup?: string, host = '127.0.0.1', workdir?: string) =>
   variant === 'ceiling'
     ? startServer(join(ROOT, 'bench', 'ceiling.ts'), { cgroup })
-    : startServer(variant.app, { node: variant.node, flags: variant.flags, seed, cgroup, cores: variant.cores, env: { WORKERS: variant.workers ?? args.workers, HOST: host, ...variant.env } })
+    : startServer(variant.app, { node: variant.node, flags: variant.flags, seed, cgroup, cores: variant.cores, workdir, env: { WORKERS: variant.workers ?? args.workers, HOST: host, ...variant.env } })
 
 async function saturate(variant: Variant | 'ceiling', endpoint: Endpoint, seed: Seed, cgroup?: string): Promise<Saturation> {
   const server = await serve(variant, seed, cgroup)
@@ -126,24 +127,43 @@ async function saturate(variant: Variant | 'ceiling', endpoint: Endpoint, seed: 
     const started = performance.now()
     const result = await wrk(server.url, endpoint, MEASURE_S, seed.tokens)
     const wall = performance.now() - started
-    const cpuUs = (treeCpuTicks(server.pid) - ticks) * TICK_US
     const litestreamUs = replicated ? (cpuTicks(server.pid).total - litestreamTicks) * TICK_US : 0
-    return {
-      endpoint,
-      variant: variant === 'ceiling' ? 'ceiling' : variant.name,
-      rps: result.requests / (result.duration_us / 1e6),
-      p50_ms: result.p50_us / 1000,
-      p99_ms: result.p99_us / 1000,
-      errors: result.bad + result.socket_errors,
-      error_example: result.bad_example,
-      cpu_us: cpuUs / result.requests,
-      litestream_cpu_us: litestreamUs / result.requests,
-      server_cpu: cpuUs / (wall * 1000),
-      load_cpu: result.loadCpu,
-      peak_rss_mb: treeMemoryKb(server.pid, 'VmHWM') / 1024,
-    }
+    return saturation(variant, endpoint, result, (treeCpuTicks(server.pid) - ticks) * TICK_US, wall, litestreamUs, server.pid)
   } finally {
     await server.stop()
+  }
+}
+
+// --together: the variants at the same time on the same core, each with a wrk of its own, so that the
+// machine's drift hits all of them at once. Each server has about its share of the core.
+async function saturateTogether(variants: Variant[], endpoint: Endpoint, seed: Seed, cgroup?: string): Promise<Saturation[]> {
+  const servers = await Promise.all(variants.map((variant, i) => serve(variant, seed, cgroup, undefined, join(WORKDIR, `together-${i}`))))
+  try {
+    await Promise.all(servers.map((server) => wrk(server.url, endpoint, WARMUP_S, seed.tokens)))
+    const ticks = servers.map((server) => treeCpuTicks(server.pid))
+    const started = performance.now()
+    const results = await Promise.all(servers.map((server) => wrk(server.url, endpoint, MEASURE_S, seed.tokens)))
+    const wall = performance.now() - started
+    return results.map((result, i) => saturation(variants[i], endpoint, result, (treeCpuTicks(servers[i].pid) - ticks[i]) * TICK_US, wall, 0, servers[i].pid))
+  } finally {
+    await Promise.all(servers.map((server) => server.stop()))
+  }
+}
+
+function saturation(variant: Variant | 'ceiling', endpoint: Endpoint, result: Awaited<ReturnType<typeof wrk>>, cpuUs: number, wall: number, litestreamUs: number, pid: number): Saturation {
+  return {
+    endpoint,
+    variant: variant === 'ceiling' ? 'ceiling' : variant.name,
+    rps: result.requests / (result.duration_us / 1e6),
+    p50_ms: result.p50_us / 1000,
+    p99_ms: result.p99_us / 1000,
+    errors: result.bad + result.socket_errors,
+    error_example: result.bad_example,
+    cpu_us: cpuUs / result.requests,
+    litestream_cpu_us: litestreamUs / result.requests,
+    server_cpu: cpuUs / (wall * 1000),
+    load_cpu: result.loadCpu,
+    peak_rss_mb: treeMemoryKb(pid, 'VmHWM') / 1024,
   }
 }
 
@@ -332,6 +352,11 @@ async function main() {
       // Alternate the variants, and their order each round, so drift hits both alike.
       const order = round % 2 ? [...variants].reverse() : variants
       for (const endpoint of only) {
+        if (args.together && endpoint !== 'ceiling') {
+          log(`bench: round ${round + 1}/${ROUNDS} ${LABEL[endpoint]} (${order.map((v) => v.name).join(', ')}, together)`)
+          runs.push(...(await saturateTogether(order, endpoint, seed, cgroup.dir)))
+          continue
+        }
         for (const variant of endpoint === 'ceiling' ? ['ceiling' as const] : order) {
           log(`bench: round ${round + 1}/${ROUNDS} ${LABEL[endpoint]}${variant === 'ceiling' ? '' : ` (${variant.name})`}`)
           runs.push(await saturate(variant, endpoint, seed, cgroup.dir))
