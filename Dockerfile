@@ -8,16 +8,15 @@ COPY package.json package-lock.json .npmrc ./
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund
 COPY build.mjs app.ts seed.ts start.ts schema.sql ./
 RUN node build.mjs
-# Litestream 0.3.13, for LITESTREAM_REPLICA_URL (README, "Keep the data"): the static binary of the
-# optional dependency @flydotio/litestream-linux-x64. No other platform is published: they build without it.
-RUN mkdir litestream && if [ "$(uname -m)" = x86_64 ]; then cp node_modules/@flydotio/litestream-linux-x64/litestream litestream/; fi
 
 # Run: Debian slim with the same Node, pinned by version. Not Alpine: musl's allocator is slower
 # under this load. Not distroless: its Node images can be pinned by digest only, not by version.
 FROM node:26.10.0-trixie-slim
 WORKDIR /app
 COPY --from=build /src/dist/ ./dist/
-COPY --from=build /src/litestream/ /usr/local/bin/
+# Litestream, for LITESTREAM_REPLICA_URL (README, "Keep the data"): the static binary of the official
+# image, for every platform it publishes.
+COPY --from=litestream/litestream:0.5.17 /usr/local/bin/litestream /usr/local/bin/litestream
 
 # The database and tokens.json live on the volume: seeded on the first start, kept after that.
 RUN mkdir /data && chown node:node /data

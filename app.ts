@@ -7,9 +7,9 @@ import { fork, type ChildProcess } from 'node:child_process'
 import cluster from 'node:cluster'
 import { once } from 'node:events'
 import { accessSync, chmodSync, constants, existsSync, mkdirSync, readdirSync, readFileSync, statfsSync, statSync } from 'node:fs'
-import { createServer, STATUS_CODES, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http'
+import { createServer, request, STATUS_CODES, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http'
 import { createServer as createNetServer, Server as NetServer, type AddressInfo, type Socket } from 'node:net'
-import { dirname } from 'node:path'
+import { dirname, resolve } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import type { Duplex } from 'node:stream'
 import schema from './schema.sql' with { type: 'text' }
@@ -29,6 +29,15 @@ const START_WAIT_MS = Number(process.env.START_WAIT_MS || 30_000)
 // WAL pages after which a commit checkpoints them into the file: SQLite's default, or 0 when another
 // process does the checkpoints (start.ts sets 0 under Litestream: litestream.io/tips).
 const WAL_AUTOCHECKPOINT = Number(process.env.WAL_AUTOCHECKPOINT || 1000)
+// Under `litestream replicate` (start.ts): Litestream's control socket, through which the server follows
+// the replica, and with LITESTREAM_SYNC=wait, a write is acknowledged only once the replica holds it.
+const LITESTREAM_SOCKET = process.env.LITESTREAM_SOCKET
+const SYNC_WAIT = process.env.LITESTREAM_SYNC === 'wait'
+// How long a write waits for the replica (LITESTREAM_SYNC=wait) before it is answered with a 503.
+const REPLICA_WAIT_MS = Number(process.env.REPLICA_WAIT_MS || 5_000)
+// How long the replica may go without taking what is new before /health says `behind` and the log
+// says so (Litestream sends every second or two).
+const REPLICA_LAG_MS = Number(process.env.REPLICA_LAG_MS || 10_000)
 const MAX_BODY_BYTES = 16 * 1024
 const MAX_BODY_CHARS = 500
 const HELPER = process.env.HELPER_OF !== undefined // started by the first process, for its connections
@@ -188,7 +197,7 @@ export const app = new Hono<{ Bindings: Partial<HttpBindings> }>()
 app.get('/health', async () => {
   const problem = await databaseProblem()
   if (problem) return jsonResponse(503, JSON.stringify({ status: 'degraded', db: 'unreachable', error: problem }))
-  return jsonResponse(200, JSON.stringify({ status: 'ok', db: 'ok', uptime_s: Math.floor((Date.now() - startedAt) / 1000) }))
+  return jsonResponse(200, JSON.stringify({ status: 'ok', db: 'ok', uptime_s: Math.floor((Date.now() - startedAt) / 1000), ...(LITESTREAM_SOCKET && { replica: replicaState() }) }))
 })
 
 app.get('/feed', () => jsonResponse(200, (database().feed.get() as JsonRow).json))
@@ -203,6 +212,7 @@ app.post('/posts', limitBody, forwardOnReplica, async (c) => {
   const user = await authenticate(c)
   const body = await readPostBody(c)
   const [{ json }] = (await rejectUnknownUser(inTransaction((w) => w.insertPost.all({ userId: user.id, body, author: user.username })))) as JsonRow[]
+  await replicaHolds()
   return jsonResponse(201, json)
 })
 
@@ -211,6 +221,7 @@ app.post('/posts/:id/like', forwardOnReplica, async (c) => {
   const postId = parsePostId(c.req.param('id'))
   const { changes } = await rejectUnknownUser(inTransaction((w) => w.insertLike.run(user.id, postId)))
   if (changes === 0 && !database().postExists.get(postId)) throw new ApiError(404, 'post not found')
+  await replicaHolds()
   return jsonResponse(changes ? 201 : 200, JSON.stringify({ liked: true, already_liked: changes === 0, post_id: postId }))
 })
 
@@ -498,6 +509,135 @@ function pollPosition() {
   if (catchingUp.size) setTimeout(pollPosition, 1)
 }
 
+// --- The Litestream replica ------------------------------------------------------------------------
+// Under `litestream replicate` (start.ts, with LITESTREAM_REPLICA_URL) the server asks Litestream's
+// control socket (an HTTP server on a Unix socket) about the replica. `GET /list` gives, for each
+// database, when the replica last took everything Litestream had for it: Litestream tries every second
+// or two, and an idle database with a reachable replica counts as a success. Asked once a second, it
+// gives /health how long ago that was (`behind_ms`), and the log says when that passes REPLICA_LAG_MS
+// and when the replica has caught up. Asking changes nothing in Litestream (`POST /sync` would make an
+// LTX file, one more upload). A replica behind does not make /health a 503: the node serves every
+// request right, and a load balancer would pull the only primary.
+const REPLICA_DB = resolve(SQLITE_PATH) // the path start.ts gave Litestream
+const logsReplica = !HELPER && (cluster.isPrimary || cluster.worker?.id === 1) // one process says it
+let replicaSyncedAt = Date.now() // Litestream's last success, or this process's start
+let litestreamDown: string | undefined // why Litestream did not answer
+let uploadFailed: string | undefined // why the last upload this server asked for failed
+let worstBehindMs = 0 // since the replica last was ok, for the log
+
+// One request to Litestream's control socket, answered with JSON in time, or an error that says why.
+function askLitestream<T>(method: 'GET' | 'POST', path: string, timeoutMs: number, body?: object): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const ask = request({ socketPath: LITESTREAM_SOCKET, method, path, timeout: timeoutMs, headers: { 'content-type': 'application/json' } }, (res) => {
+      let text = ''
+      res.setEncoding('utf8').on('data', (chunk) => (text += chunk)).on('end', () => {
+        try {
+          const answer = JSON.parse(text)
+          if (res.statusCode === 200) resolve(answer)
+          else reject(new Error(answer.error ?? `status ${res.statusCode}`))
+        } catch {
+          reject(new Error(`status ${res.statusCode}, ${text.slice(0, 200)}`))
+        }
+      })
+    })
+    ask.on('timeout', () => ask.destroy(new Error(`no answer within ${timeoutMs / 1000} s`)))
+    ask.on('error', reject)
+    ask.end(body && JSON.stringify(body))
+  })
+}
+
+// Litestream sends what is new in the WAL and answers once the replica holds it (`wait`).
+const sendToReplica = (timeoutMs: number) => askLitestream('POST', '/sync', timeoutMs, { path: REPLICA_DB, wait: true, timeout: Math.ceil(timeoutMs / 1000) })
+
+function replicaState() {
+  const behind_ms = Date.now() - replicaSyncedAt
+  const state = litestreamDown ? 'unreachable' : behind_ms > REPLICA_LAG_MS ? 'behind' : 'ok'
+  const error = litestreamDown ?? uploadFailed
+  return { state, behind_ms, ...(error && { error }) }
+}
+
+// Litestream first looks at the database a second after it starts, and at shutdown sends only a
+// database it has looked at: writes answered before then would not reach the replica on a quick stop.
+// So the server has it look (a sync) before it takes a request.
+async function startFollowingReplica() {
+  try {
+    await askLitestream('POST', '/sync', 5_000, { path: REPLICA_DB })
+  } catch (error) {
+    console.warn(`replica: Litestream did not take the database at start (${(error as Error).message})`)
+  }
+  followReplica()
+}
+
+async function followReplica() {
+  try {
+    type List = { databases: { path: string; last_sync_at?: string }[] }
+    const { databases } = await askLitestream<List>('GET', '/list', 2_000)
+    const syncedAt = Date.parse(databases.find((db) => db.path === REPLICA_DB)?.last_sync_at ?? '')
+    if (syncedAt > replicaSyncedAt) replicaSyncedAt = syncedAt
+    litestreamDown = undefined
+  } catch (error) {
+    litestreamDown = `Litestream does not answer: ${(error as Error).message}`
+  }
+  // After a failed upload Litestream waits before it tries again, twice as long each time, up to 5
+  // minutes. Past 3 s behind, one process asks for the upload itself each second, so the replica
+  // catches up within about a second of the store coming back.
+  if (logsReplica && !litestreamDown && Date.now() - replicaSyncedAt > 3_000) {
+    try {
+      await sendToReplica(REPLICA_WAIT_MS)
+      uploadFailed = undefined
+    } catch (error) {
+      uploadFailed = `sending to the replica failed: ${(error as Error).message}`
+    }
+  } else if (Date.now() - replicaSyncedAt <= 3_000) {
+    uploadFailed = undefined
+  }
+  const { state, behind_ms, error } = replicaState()
+  if (logsReplica && state !== 'ok' && worstBehindMs === 0) {
+    console.warn(`replica: ${state === 'unreachable' ? 'unreachable' : `${(behind_ms / 1000).toFixed(0)} s behind`}${error ? ` (${error})` : ''}; the writes since may be on this box only`)
+  } else if (logsReplica && state === 'ok' && worstBehindMs > 0) {
+    console.log(`replica: caught up, after ${(worstBehindMs / 1000).toFixed(1)} s behind at most`)
+  }
+  worstBehindMs = state === 'ok' ? 0 : Math.max(worstBehindMs, behind_ms, 1)
+  setTimeout(followReplica, 1_000).unref()
+}
+
+// LITESTREAM_SYNC=wait: a write's answer waits until the replica holds its transaction. One sync
+// with `wait` is in flight at a time, for every write committed before it was asked for (Litestream
+// reads the WAL once asked, and answers once the replica holds all it read); the writes committed
+// meanwhile wait for the next, so the syncs come from batches, not from writes. A write the replica
+// has not confirmed within REPLICA_WAIT_MS is a 503: it stays committed here, and Litestream sends it
+// once the replica is back.
+let awaitingReplica: { resolve: () => void; reject: (error: unknown) => void }[] = []
+let syncing = false
+let syncFailing = false // since the last sync that failed, for the log
+
+function replicaHolds(): Promise<void> | undefined {
+  if (!SYNC_WAIT || !LITESTREAM_SOCKET) return
+  return new Promise((resolve, reject) => {
+    awaitingReplica.push({ resolve, reject })
+    if (!syncing) syncReplica()
+  })
+}
+
+async function syncReplica() {
+  const round = awaitingReplica
+  awaitingReplica = []
+  syncing = true
+  try {
+    await sendToReplica(REPLICA_WAIT_MS)
+    if (syncFailing && logsReplica) console.log('replica: writes are confirmed by the replica again')
+    syncFailing = false
+    for (const { resolve } of round) resolve()
+  } catch (error) {
+    if (!syncFailing && logsReplica) console.warn(`replica: a write was not confirmed (Litestream: ${(error as Error).message}); writes answer 503 until the replica confirms them again`)
+    syncFailing = true
+    const refusal = new ApiError(503, 'the replica did not confirm the write; it is committed here, and reaches the replica once the replica is back')
+    for (const { reject } of round) reject(refusal)
+  }
+  syncing = false
+  if (awaitingReplica.length) syncReplica()
+}
+
 // Whatever stands between the database and a read or a write right now; /health asks on every call.
 async function databaseProblem(): Promise<string | undefined> {
   try {
@@ -563,6 +703,7 @@ async function waitForDatabase() {
 export async function run() {
   if (WORKERS > 1 && cluster.isPrimary) return runWorkers()
   await waitForDatabase()
+  if (LITESTREAM_SOCKET) await startFollowingReplica()
   // A request the adapter cannot even build (a bad Host header, say) still gets the JSON error.
   const listener = boundPipelining(getRequestListener(app.fetch, {
     errorHandler: (error) => {

@@ -1,18 +1,25 @@
 // `npm start` and the container run this: seed the challenge data on the first start, then serve it.
 // With LITESTREAM_REPLICA_URL set, the database lives in a replica too (README, "Keep the data"): a
 // missing file is restored from the replica before the seed is asked, and the server runs under
-// `litestream replicate`, which streams every change to the replica about once a second.
-import { spawn } from 'node:child_process'
+// `litestream replicate` (0.5.17 or later), which streams every change to the replica about once a second.
+import { spawn, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
 import { accessSync, constants, existsSync, mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
-import { createRequire } from 'node:module'
+import { tmpdir } from 'node:os'
 import { basename, dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const SQLITE_PATH = process.env.SQLITE_PATH || 'data/feed.db'
 const REPLICA_URL = process.env.LITESTREAM_REPLICA_URL
+// The Litestream binary: a path, or a name looked up on the PATH (the image's /usr/local/bin).
+const LITESTREAM_BIN = process.env.LITESTREAM_BIN || 'litestream'
+// The oldest Litestream this runs: 0.5.17's SQLite is the first past the WAL-reset bug
+// (sqlite.org/wal.html#walresetbug), which a checkpoint from Litestream's connection can hit.
+const LITESTREAM_MIN = [0, 5, 17]
 const dist = (file: string) => fileURLToPath(new URL(`./${file}`, import.meta.url))
 
+// The binary is checked first: a start that cannot replicate stops before it restores or seeds.
+const litestreamBin = REPLICA_URL ? litestreamBinary() : undefined
 if (REPLICA_URL) await restoreIfMissing()
 
 // The seed runs in a process of its own, so its memory is gone before the server starts.
@@ -35,50 +42,58 @@ async function runToEnd(step: string, command: string, args: readonly string[]) 
 }
 
 // Litestream's own files sit beside the database (litestream.io/reference/config): its state in
-// .feed.db-litestream/, and the config this writes in .feed.db-litestream.yml.
+// .feed.db-litestream/, the config this writes in .feed.db-litestream.yml, and its control socket,
+// through which the server follows the replica (app.ts, "The replica"). A socket's path has at most
+// 107 bytes; a longer one goes to the temporary folder.
 function litestreamPaths() {
   const db = resolve(SQLITE_PATH)
   const state = join(dirname(db), `.${basename(db)}-litestream`)
-  return { db, state, config: `${state}.yml` }
+  const socket = Buffer.byteLength(`${state}.sock`) <= 107 ? `${state}.sock` : join(tmpdir(), `litestream-${process.pid}.sock`)
+  return { db, state, config: `${state}.yml`, socket }
 }
 
 // One database, one replica. The S3 endpoint and region come from the AWS SDKs' usual variables,
 // for S3-compatible stores (litestream.io/guides/s3-compatible); the keys Litestream reads from the
-// environment itself. JSON is YAML, and -no-expand-env keeps a `$` in a path as it is.
+// environment itself. JSON is YAML, and -no-expand-env keeps a `$` in a path as it is. Litestream 0.5
+// ignores keys it does not know: each one here is in litestream.io/reference/config.
 function writeLitestreamConfig() {
-  const { db, config } = litestreamPaths()
+  const { db, config, socket } = litestreamPaths()
   const endpoint = process.env.AWS_ENDPOINT_URL_S3 || process.env.AWS_ENDPOINT_URL
   const region = process.env.AWS_REGION
   const replica = { url: REPLICA_URL, ...(endpoint && { endpoint }), ...(region && { region }) }
   mkdirSync(dirname(db), { recursive: true })
-  writeFileSync(config, JSON.stringify({ dbs: [{ path: db, replicas: [replica] }] }, null, 2) + '\n')
+  writeFileSync(config, JSON.stringify({ socket: { enabled: true, path: socket }, dbs: [{ path: db, replica }] }, null, 2) + '\n')
   return config
 }
 
 function litestream(command: 'restore' | 'replicate', ...args: string[]) {
-  return [litestreamBinary(), [command, '-config', writeLitestreamConfig(), '-no-expand-env', ...args]] as const
+  return [litestreamBin!, [command, '-config', writeLitestreamConfig(), '-no-expand-env', ...args]] as const
 }
 
-// The binary of the optional dependency @flydotio/litestream-linux-x64 (Fly.io publishes no other
-// platform), else one on the PATH (the image's /usr/local/bin).
+// LITESTREAM_BIN as it is if it is a path, else the first on the PATH. A missing or older Litestream
+// stops the start, with what was found and where to get 0.5.17. A build between releases says so in a
+// Go pseudo-version (v0.5.17-0.20260819145314-63225f17ccbb): it counts as the release it names.
 function litestreamBinary(): string {
-  try {
-    return createRequire(import.meta.url).resolve(`@flydotio/litestream-${process.platform}-${process.arch}/litestream`)
-  } catch {}
-  const found = (process.env.PATH ?? '').split(':')
-    .filter(Boolean)
-    .map((dir) => join(dir, 'litestream'))
-    .find((path) => {
-      try {
-        accessSync(path, constants.X_OK)
-        return true
-      } catch {
-        return false
-      }
-    })
-  if (found) return found
-  console.error(`start: LITESTREAM_REPLICA_URL is set, but there is no litestream binary for ${process.platform}-${process.arch}: install Litestream 0.3.13 on the PATH`)
+  const binary = LITESTREAM_BIN.includes('/') ? LITESTREAM_BIN : (process.env.PATH ?? '').split(':').filter(Boolean).map((dir) => join(dir, LITESTREAM_BIN)).find(isExecutable)
+  const run = binary ? spawnSync(binary, ['version'], { encoding: 'utf8' }) : undefined
+  const said = run?.stdout?.trim()
+  const version = /^v?(\d+)\.(\d+)\.(\d+)/.exec(said ?? '')?.slice(1).map(Number)
+  const first = version?.findIndex((n, i) => n !== LITESTREAM_MIN[i])
+  if (version && (first === -1 || version[first!] > LITESTREAM_MIN[first!])) return binary!
+  const found = !binary ? `there is no ${LITESTREAM_BIN} on the PATH`
+    : run!.error ? `${binary} does not run (${(run!.error as NodeJS.ErrnoException).code})`
+    : `${binary} says ${JSON.stringify(said || run!.stderr.trim())}`
+  console.error(`start: LITESTREAM_REPLICA_URL needs Litestream ${LITESTREAM_MIN.join('.')} or later, and ${found}: get it from the image litestream/litestream:0.5.17 (/usr/local/bin/litestream) or github.com/benbjohnson/litestream/releases, then put it on the PATH or name it in LITESTREAM_BIN`)
   process.exit(1)
+}
+
+function isExecutable(path: string) {
+  try {
+    accessSync(path, constants.X_OK)
+    return statSync(path).isFile()
+  } catch {
+    return false
+  }
 }
 
 // Only a missing file is restored: a file that is there is newer than its replica, or the same.
@@ -92,8 +107,6 @@ async function restoreIfMissing() {
   console.log(`start: ${SQLITE_PATH} is missing; restoring it from ${shown(REPLICA_URL!)}`)
   const started = performance.now()
   await runToEnd('litestream restore', ...litestream('restore', '-if-replica-exists', db))
-  // Litestream 0.3.13 leaves the empty WAL and index of its temporary file behind.
-  for (const suffix of ['.tmp-wal', '.tmp-shm']) rmSync(db + suffix, { force: true })
   if (existsSync(db)) {
     const mb = (statSync(db).size / 1024 ** 2).toFixed(1)
     console.log(`start: restored ${SQLITE_PATH} (${mb} MB) from the replica in ${((performance.now() - started) / 1000).toFixed(1)} s`)
@@ -104,13 +117,13 @@ async function restoreIfMissing() {
 
 // Litestream takes this process's place (no process waits in between) and runs the server as its
 // child: a SIGTERM to it reaches the server, and once the server has exited, Litestream sends the
-// last frames to the replica and exits 0 (if it has synced once: it first does a second after it
-// starts). The server's connections leave the checkpoints to Litestream (litestream.io/tips,
-// "Disable autocheckpoints for high write load servers").
+// last transactions to the replica and exits 0. The server's connections leave the checkpoints to
+// Litestream (litestream.io/tips, "Disable autocheckpoints for high write load servers"), and follow
+// the replica through its control socket.
 function replicate() {
   const [binary, args] = litestream('replicate', '-exec', [process.execPath, ...process.execArgv, dist('app.js')].map(quoted).join(' '))
   console.log(`start: serving ${SQLITE_PATH} under litestream replicate, to ${shown(REPLICA_URL!)}`)
-  process.execve!(binary, [binary, ...args], { ...process.env, WAL_AUTOCHECKPOINT: '0' })
+  process.execve!(binary, [binary, ...args], { ...process.env, WAL_AUTOCHECKPOINT: '0', LITESTREAM_SOCKET: litestreamPaths().socket })
 }
 
 // -exec is split into words the way a shell would: each word in single quotes.

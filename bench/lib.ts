@@ -109,6 +109,9 @@ export type Server = { child: ChildProcess; pid: number; url: string; stdout: ()
 // Where each server's copy of the seed goes, and a replica when it has one (the --replicate variant).
 export const WORKDIR = join(CACHE, `run-${process.pid}`)
 export const REPLICA_URL = `file://${join(WORKDIR, 'replica')}`
+// Litestream 0.5.17 or later: LITESTREAM_BIN, else the workplace's build beside the clone
+// (../shared/tools/litestream). Undefined where there is none. The tests use the same one.
+export const LITESTREAM = [process.env.LITESTREAM_BIN, join(ROOT, '..', 'shared', 'tools', 'litestream'), '/work/shared/tools/litestream'].find((path) => path && existsSync(path))
 
 // A server run by this Node (or the given one) on the server core (or the given cores), on a fresh copy
 // of the seed when given one, in the cgroup when given one.

@@ -3,7 +3,7 @@
 //
 //   npm run bench [-- --quick] [--only feed,mix] [--hold 5m] [--connections 15000] [--workers 1] [--record]
 //                    [--rounds 3] [--against <git ref>] [--flags=<node flags>] [--against-flags=<node flags>]
-//                    [--against-node <version>] [--replicate]
+//                    [--against-node <version>] [--replicate [--sync-wait]]
 //   npm run bench -- --box [--rounds 3]       one box: the mix and the write ceiling, one process on one
 //                                             core against WORKERS=2 on both
 //   npm run bench -- --cluster [--quick]      LiteFS: a primary and a replica (bench/cluster.ts)
@@ -15,7 +15,7 @@ import { cpus, release, totalmem } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { renderChart } from './chart.ts'
-import { CACHE, cpuTicks, ensureTools, LOAD_CORE, log, memoryCgroup, nodeRelease, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startServer, TICK_US, treeCpuTicks, treeMemoryKb, usersGenerator, wrk, WORKDIR, type Seed } from './lib.ts'
+import { CACHE, cpuTicks, ensureTools, LITESTREAM, LOAD_CORE, log, memoryCgroup, nodeRelease, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startServer, TICK_US, treeCpuTicks, treeMemoryKb, usersGenerator, wrk, WORKDIR, type Seed, type Server } from './lib.ts'
 
 const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
 // New users a second while the users connect: k6 ramps to any level in 60 s, which is 1,667 a second
@@ -40,6 +40,7 @@ const { values: args } = parseArgs({
     instructions: { type: 'boolean', default: false },
     check: { type: 'boolean', default: false },
     replicate: { type: 'boolean', default: false },
+    'sync-wait': { type: 'boolean', default: false },
     score: { type: 'boolean', default: false },
     full: { type: 'boolean', default: false },
     k6: { type: 'string' },
@@ -106,47 +107,76 @@ function buildAgainst(ref: string): string {
 
 type Saturation = {
   endpoint: Endpoint; variant: string; rps: number; p50_ms: number; p99_ms: number; errors: number; error_example: string
-  cpu_us: number; litestream_cpu_us: number; server_cpu: number; load_cpu: number; peak_rss_mb: number
+  cpu_us: number; litestream_cpu_us: number; replica_behind_ms: number; server_cpu: number; load_cpu: number; peak_rss_mb: number
 }
 
-const serve = (variant: Variant | 'ceiling', seed: Seed, cgroup?: string, host = '127.0.0.1', workdir?: string) =>
+// A replicated variant replicates to a folder in its own workdir.
+const serve = (variant: Variant | 'ceiling', seed: Seed, cgroup?: string, host = '127.0.0.1', workdir = WORKDIR) =>
   variant === 'ceiling'
     ? startServer(join(ROOT, 'bench', 'ceiling.ts'), { cgroup })
-    : startServer(variant.app, { node: variant.node, flags: variant.flags, seed, cgroup, cores: variant.cores, workdir, env: { WORKERS: variant.workers ?? args.workers, HOST: host, ...variant.env } })
+    : startServer(variant.app, {
+      node: variant.node, flags: variant.flags, seed, cgroup, cores: variant.cores, workdir,
+      env: { WORKERS: variant.workers ?? args.workers, HOST: host, ...variant.env, ...(isReplicated(variant) && { LITESTREAM_REPLICA_URL: `file://${join(workdir, 'replica')}` }) },
+    })
+
+// Replicated, the process started is Litestream, and the server its child.
+const isReplicated = (variant: Variant | 'ceiling') => variant !== 'ceiling' && !!variant.env?.LITESTREAM_REPLICA_URL
+
+// Nothing is measured before Litestream has sent its first snapshot of the whole file, and made its
+// first level-1 compaction (every 30 s by the clock), which reads that whole snapshot once again. Both
+// come once after a start; measured, they would weigh on 10 s as they never do on a box that runs.
+async function firstSnapshot(server: Server) {
+  for (const deadline = performance.now() + 60_000; !/snapshot complete[^]*compaction complete.*level=1/.test(server.stdout()); ) {
+    if (performance.now() > deadline) throw new Error(`no first snapshot and compaction from Litestream within 60 s:\n${server.stdout().slice(-2000)}`)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+}
 
 async function saturate(variant: Variant | 'ceiling', endpoint: Endpoint, seed: Seed, cgroup?: string): Promise<Saturation> {
-  const server = await serve(variant, seed, cgroup)
-  // Replicated, the process started is Litestream, and the server its child.
-  const replicated = variant !== 'ceiling' && !!variant.env?.LITESTREAM_REPLICA_URL
-  try {
-    // The first snapshot of the whole file is sent before anything is measured.
-    while (replicated && !/snapshot written/.test(server.stdout())) await new Promise((resolve) => setTimeout(resolve, 100))
-    await wrk(server.url, endpoint, WARMUP_S, seed.tokens)
-    const ticks = treeCpuTicks(server.pid)
-    const litestreamTicks = replicated ? cpuTicks(server.pid).total : 0
-    const started = performance.now()
-    const result = await wrk(server.url, endpoint, MEASURE_S, seed.tokens)
-    const wall = performance.now() - started
-    const litestreamUs = replicated ? (cpuTicks(server.pid).total - litestreamTicks) * TICK_US : 0
-    return saturation(variant, endpoint, result, (treeCpuTicks(server.pid) - ticks) * TICK_US, wall, litestreamUs, server.pid)
-  } finally {
-    await server.stop()
-  }
+  const [result] = await saturateTogether([variant], endpoint, seed, cgroup, WORKDIR)
+  return result
 }
 
 // --together: the variants at the same time on the same core, each with a wrk of its own, so that the
 // machine's drift hits all of them at once. Each server has about its share of the core.
-async function saturateTogether(variants: Variant[], endpoint: Endpoint, seed: Seed, cgroup?: string): Promise<Saturation[]> {
-  const servers = await Promise.all(variants.map((variant, i) => serve(variant, seed, cgroup, undefined, join(WORKDIR, `together-${i}`))))
+async function saturateTogether(variants: (Variant | 'ceiling')[], endpoint: Endpoint, seed: Seed, cgroup?: string, workdir?: string): Promise<Saturation[]> {
+  const servers = await Promise.all(variants.map((variant, i) => serve(variant, seed, cgroup, undefined, workdir ?? join(WORKDIR, `together-${i}`))))
   try {
+    await Promise.all(servers.map((server, i) => isReplicated(variants[i]) && firstSnapshot(server)))
     await Promise.all(servers.map((server) => wrk(server.url, endpoint, WARMUP_S, seed.tokens)))
     const ticks = servers.map((server) => treeCpuTicks(server.pid))
+    const litestreamTicks = servers.map((server, i) => (isReplicated(variants[i]) ? cpuTicks(server.pid).total : 0))
+    const lags = servers.map((server, i) => (isReplicated(variants[i]) ? followLag(server.url) : undefined))
     const started = performance.now()
     const results = await Promise.all(servers.map((server) => wrk(server.url, endpoint, MEASURE_S, seed.tokens)))
     const wall = performance.now() - started
-    return results.map((result, i) => saturation(variants[i], endpoint, result, (treeCpuTicks(servers[i].pid) - ticks[i]) * TICK_US, wall, 0, servers[i].pid))
+    return await Promise.all(results.map(async (result, i) => {
+      const litestreamUs = isReplicated(variants[i]) ? (cpuTicks(servers[i].pid).total - litestreamTicks[i]) * TICK_US : 0
+      const sample = saturation(variants[i], endpoint, result, (treeCpuTicks(servers[i].pid) - ticks[i]) * TICK_US, wall, litestreamUs, servers[i].pid)
+      return { ...sample, replica_behind_ms: (await lags[i]?.stop()) ?? 0 }
+    }))
   } finally {
     await Promise.all(servers.map((server) => server.stop()))
+  }
+}
+
+// How far behind the replica fell, at most, by /health once a second until stop().
+function followLag(url: string) {
+  let worst = 0
+  let running = true
+  const following = (async () => {
+    while (running) {
+      const health = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5_000) }).then((res) => res.json(), () => undefined)
+      worst = Math.max(worst, health?.replica?.behind_ms ?? 0)
+      await new Promise((resolve) => setTimeout(resolve, 1_000))
+    }
+  })()
+  return {
+    stop: async () => {
+      running = false
+      await following
+      return worst
+    },
   }
 }
 
@@ -161,6 +191,7 @@ function saturation(variant: Variant | 'ceiling', endpoint: Endpoint, result: Aw
     error_example: result.bad_example,
     cpu_us: cpuUs / result.requests,
     litestream_cpu_us: litestreamUs / result.requests,
+    replica_behind_ms: 0,
     server_cpu: cpuUs / (wall * 1000),
     load_cpu: result.loadCpu,
     peak_rss_mb: treeMemoryKb(pid, 'VmHWM') / 1024,
@@ -256,6 +287,7 @@ function summarize(runs: Saturation[], endpoint: Endpoint, variant: string) {
   return {
     endpoint, variant, rounds: mine.length,
     rps: pick('rps'), p50_ms: pick('p50_ms'), p99_ms: pick('p99_ms'), cpu_us: pick('cpu_us'), litestream_cpu_us: pick('litestream_cpu_us'),
+    replica_behind_ms: Math.max(...mine.map((r) => r.replica_behind_ms)),
     server_cpu: pick('server_cpu'), load_cpu: Math.max(...mine.map((r) => r.load_cpu)), peak_rss_mb: pick('peak_rss_mb'),
     errors: mine.reduce((sum, r) => sum + r.errors, 0), error_example: mine.find((r) => r.errors)?.error_example ?? '',
   }
@@ -330,8 +362,12 @@ async function main() {
   // whose CPU counts as the server's (one core holds both), replicating to a folder beside the copy.
   // The stack's floor (bench/floor.ts): the same SQL with nothing of ours around it, same Node and flags.
   if (args.floor) variants.push({ ...ours, name: 'floor', app: join(ROOT, 'bench', 'floor.ts') })
+  // With --sync-wait, a second such server acknowledges each write once the replica holds it.
   if (args.replicate) {
-    variants.push({ ...ours, name: 'litestream', app: join(ROOT, 'dist', 'start.js'), env: { LITESTREAM_REPLICA_URL: REPLICA_URL } })
+    if (!LITESTREAM) throw new Error('--replicate needs Litestream 0.5.17: set LITESTREAM_BIN, or put it at ../shared/tools/litestream')
+    const env = { LITESTREAM_REPLICA_URL: REPLICA_URL, LITESTREAM_BIN: LITESTREAM }
+    variants.push({ ...ours, name: 'litestream', app: join(ROOT, 'dist', 'start.js'), env })
+    if (args['sync-wait']) variants.push({ ...ours, name: 'litestream wait', app: join(ROOT, 'dist', 'start.js'), env: { ...env, LITESTREAM_SYNC: 'wait' } })
   }
   const versions = (node: string) => sh(node, ['--input-type=module', '-e', "import { DatabaseSync } from 'node:sqlite'; console.log(`Node ${process.version}, SQLite ${new DatabaseSync(':memory:').prepare('SELECT sqlite_version() AS v').get().v}`)"])
   const sqlite = /SQLite (\S+)/.exec(versions(process.execPath))![1]
@@ -377,7 +413,7 @@ async function main() {
       for (const e of only.filter((x) => x !== 'ceiling')) {
         const [a, ...others] = variants.map((v) => rows.find((r) => r.endpoint === e && r.variant === v.name)!)
         for (const b of others) {
-          const litestream = b.litestream_cpu_us ? `   (Litestream itself: ${fmt(b.litestream_cpu_us, 1)} of ${fmt(b.cpu_us, 1)} us/req)` : ''
+          const litestream = b.litestream_cpu_us ? `   (Litestream itself: ${fmt(b.litestream_cpu_us, 1)} of ${fmt(b.cpu_us, 1)} us/req; the replica ${fmt(b.replica_behind_ms / 1000, 1)} s behind at most)` : ''
           console.log(`${LABEL[e].padEnd(22)} CPU/req ${b.variant} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   req/s ${fmt(b.rps / a.rps, 3)}${litestream}`)
         }
       }

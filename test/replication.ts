@@ -3,10 +3,23 @@
 import { spawnSync } from 'node:child_process'
 import { createRequire } from 'node:module'
 import { DatabaseSync } from 'node:sqlite'
+import { LITESTREAM } from '../bench/lib.ts'
 import { sleep, type Token } from './helpers.ts'
 
-// The binary of @flydotio/litestream-linux-x64 (start.ts runs the same one).
-export const LITESTREAM = createRequire(import.meta.url).resolve(`@flydotio/litestream-${process.platform}-${process.arch}/litestream`)
+// Litestream 0.5.17 or later (bench/lib.ts finds it); start.ts is given the same one. Without it the
+// tests that need it skip. A Litestream process here gets PATH and what it is given, never the
+// machine's AWS_CA_BUNDLE: with it set, Litestream's S3 client fails to start.
+export { LITESTREAM }
+export const NO_LITESTREAM = !LITESTREAM && 'no Litestream 0.5 binary: set LITESTREAM_BIN, or put one at ../shared/tools/litestream'
+export const LITESTREAM_ENV = { LITESTREAM_BIN: LITESTREAM ?? 'litestream' }
+
+// Litestream 0.3.13 (a test-only dependency: test/litestream-0.3), which wrote the replicas of the
+// project's earlier releases. Undefined where npm could not install it (it is for linux-x64 only).
+export const OLD_LITESTREAM = (() => {
+  try {
+    return createRequire(import.meta.url).resolve('@flydotio/litestream-linux-x64/litestream')
+  } catch {}
+})()
 
 // Litestream's default: how often a replica is sent what is new (start.ts changes none of its settings).
 export const SYNC_INTERVAL_MS = 1_000
@@ -71,8 +84,8 @@ export function notIn(path: string, writes: Write[]) {
 }
 
 // `litestream restore -o <path> <replica URL>`, by hand as the README tells.
-export function restoreByHand(url: string, path: string) {
-  const run = spawnSync(LITESTREAM, ['restore', '-o', path, url], { encoding: 'utf8' })
+export function restoreByHand(url: string, path: string, env: Record<string, string> = {}) {
+  const run = spawnSync(LITESTREAM!, ['restore', '-o', path, url], { encoding: 'utf8', env: { PATH: process.env.PATH, ...env } })
   if (run.status !== 0) throw new Error(`litestream restore: ${run.stdout}${run.stderr}`)
 }
 
