@@ -113,6 +113,30 @@ export const REPLICA_URL = `file://${join(WORKDIR, 'replica')}`
 // (../shared/tools/litestream). Undefined where there is none. The tests use the same one.
 export const LITESTREAM = [process.env.LITESTREAM_BIN, join(ROOT, '..', 'shared', 'tools', 'litestream'), '/work/shared/tools/litestream'].find((path) => path && existsSync(path))
 
+// s3rver (S3 on npm) in a process of its own, on the given port (0: any) and cores, one bucket (feed),
+// its objects in a folder; stop() ends it. Litestream gets `env`; a restore by hand takes `url`.
+export async function startS3rver(port: number, directory: string, cores?: string) {
+  const script = `
+    import S3rver from 's3rver'
+    const [directory, port] = process.argv.slice(1)
+    const { port: bound } = await new S3rver({ address: '127.0.0.1', port: Number(port), silent: true, directory, configureBuckets: [{ name: 'feed' }] }).run()
+    console.log(bound)`
+  const command = [process.execPath, '--input-type=module', '-e', script, directory, String(port)]
+  const [file, ...argv] = cores ? ['taskset', '-c', cores, ...command] : command
+  const child = spawn(file, argv, { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] })
+  port = Number(String((await once(child.stdout!, 'data'))[0]).trim())
+  return {
+    env: { AWS_ENDPOINT_URL_S3: `http://127.0.0.1:${port}`, AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER' },
+    url: `s3://feed/feed.db?endpoint=http://127.0.0.1:${port}`,
+    // SIGKILL: on SIGTERM s3rver closes gently, and waits for connections a client keeps open.
+    stop: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return
+      child.kill('SIGKILL')
+      await once(child, 'exit')
+    },
+  }
+}
+
 // A server run by this Node (or the given one) on the server core (or the given cores), on a fresh copy
 // of the seed when given one, in the cgroup when given one.
 // Servers that run at the same time each need a workdir of their own.

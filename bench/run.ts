@@ -3,7 +3,7 @@
 //
 //   npm run bench [-- --quick] [--only feed,mix] [--hold 5m] [--connections 15000] [--workers 1] [--record]
 //                    [--rounds 3] [--against <git ref>] [--flags=<node flags>] [--against-flags=<node flags>]
-//                    [--against-node <version>] [--replicate [--sync-wait]]
+//                    [--against-node <version>] [--replicate [--sync-wait] [--s3]]
 //   npm run bench -- --box [--rounds 3]       one box: the mix and the write ceiling, one process on one
 //                                             core against WORKERS=2 on both
 //   npm run bench -- --cluster [--quick]      LiteFS: a primary and a replica (bench/cluster.ts)
@@ -12,10 +12,10 @@
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, release, totalmem } from 'node:os'
-import { join } from 'node:path'
+import { basename, join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { renderChart } from './chart.ts'
-import { CACHE, cpuTicks, ensureTools, LITESTREAM, LOAD_CORE, log, memoryCgroup, nodeRelease, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startServer, TICK_US, treeCpuTicks, treeMemoryKb, usersGenerator, wrk, WORKDIR, type Seed, type Server } from './lib.ts'
+import { CACHE, cpuTicks, ensureTools, LITESTREAM, LOAD_CORE, log, memoryCgroup, nodeRelease, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startS3rver, startServer, TICK_US, treeCpuTicks, treeMemoryKb, usersGenerator, wrk, WORKDIR, type Seed, type Server } from './lib.ts'
 
 const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
 // New users a second while the users connect: k6 ramps to any level in 60 s, which is 1,667 a second
@@ -41,6 +41,7 @@ const { values: args } = parseArgs({
     check: { type: 'boolean', default: false },
     replicate: { type: 'boolean', default: false },
     'sync-wait': { type: 'boolean', default: false },
+    s3: { type: 'boolean', default: false },
     score: { type: 'boolean', default: false },
     full: { type: 'boolean', default: false },
     k6: { type: 'string' },
@@ -110,13 +111,25 @@ type Saturation = {
   cpu_us: number; litestream_cpu_us: number; replica_behind_ms: number; server_cpu: number; load_cpu: number; peak_rss_mb: number
 }
 
-// A replicated variant replicates to a folder in its own workdir.
-const serve = (variant: Variant | 'ceiling', seed: Seed, cgroup?: string, host = '127.0.0.1', workdir = WORKDIR) =>
+// With --s3, the replicas are in s3rver, on the load core; started once, on the first replicated start.
+let s3: Awaited<ReturnType<typeof startS3rver>> | undefined
+const S3_OBJECTS = join(WORKDIR, 's3rver')
+
+// A replicated variant replicates to a folder in its own workdir, or to a prefix of its own in s3rver;
+// either starts empty.
+async function replicaFor(workdir: string): Promise<Record<string, string>> {
+  if (!args.s3) return { LITESTREAM_REPLICA_URL: `file://${join(workdir, 'replica')}` }
+  s3 ??= await startS3rver(0, S3_OBJECTS, LOAD_CORE)
+  rmSync(join(S3_OBJECTS, 'feed', basename(workdir)), { recursive: true, force: true })
+  return { LITESTREAM_REPLICA_URL: `s3://feed/${basename(workdir)}/feed.db`, ...s3.env }
+}
+
+const serve = async (variant: Variant | 'ceiling', seed: Seed, cgroup?: string, host = '127.0.0.1', workdir = WORKDIR) =>
   variant === 'ceiling'
     ? startServer(join(ROOT, 'bench', 'ceiling.ts'), { cgroup })
     : startServer(variant.app, {
       node: variant.node, flags: variant.flags, seed, cgroup, cores: variant.cores, workdir,
-      env: { WORKERS: variant.workers ?? args.workers, HOST: host, ...variant.env, ...(isReplicated(variant) && { LITESTREAM_REPLICA_URL: `file://${join(workdir, 'replica')}` }) },
+      env: { WORKERS: variant.workers ?? args.workers, HOST: host, ...variant.env, ...(isReplicated(variant) && await replicaFor(workdir)) },
     })
 
 // Replicated, the process started is Litestream, and the server its child.
@@ -125,8 +138,10 @@ const isReplicated = (variant: Variant | 'ceiling') => variant !== 'ceiling' && 
 // Nothing is measured before Litestream has sent its first snapshot of the whole file, and made its
 // first level-1 compaction (every 30 s by the clock), which reads that whole snapshot once again. Both
 // come once after a start; measured, they would weigh on 10 s as they never do on a box that runs.
+// --quick, a smoke test, waits for the snapshot only.
 async function firstSnapshot(server: Server) {
-  for (const deadline = performance.now() + 60_000; !/snapshot complete[^]*compaction complete.*level=1/.test(server.stdout()); ) {
+  const ready = QUICK ? /snapshot complete/ : /snapshot complete[^]*compaction complete.*level=1/
+  for (const deadline = performance.now() + 60_000; !ready.test(server.stdout()); ) {
     if (performance.now() > deadline) throw new Error(`no first snapshot and compaction from Litestream within 60 s:\n${server.stdout().slice(-2000)}`)
     await new Promise((resolve) => setTimeout(resolve, 100))
   }
@@ -362,7 +377,8 @@ async function main() {
   // whose CPU counts as the server's (one core holds both), replicating to a folder beside the copy.
   // The stack's floor (bench/floor.ts): the same SQL with nothing of ours around it, same Node and flags.
   if (args.floor) variants.push({ ...ours, name: 'floor', app: join(ROOT, 'bench', 'floor.ts') })
-  // With --sync-wait, a second such server acknowledges each write once the replica holds it.
+  // With --sync-wait, a second such server acknowledges each write once the replica holds it; with
+  // --s3, each replicates to s3rver instead of a folder.
   if (args.replicate) {
     if (!LITESTREAM) throw new Error('--replicate needs Litestream 0.5.17: set LITESTREAM_BIN, or put it at ../shared/tools/litestream')
     const env = { LITESTREAM_REPLICA_URL: REPLICA_URL, LITESTREAM_BIN: LITESTREAM }
@@ -470,6 +486,7 @@ async function main() {
     }
     process.exitCode = failed ? 1 : 0
   } finally {
+    await s3?.stop()
     if (cgroup.dir) rmdirSync(cgroup.dir)
   }
 }
