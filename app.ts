@@ -578,19 +578,6 @@ async function followReplica() {
   } catch (error) {
     litestreamDown = `Litestream does not answer: ${(error as Error).message}`
   }
-  // After a failed upload Litestream waits before it tries again, twice as long each time, up to 5
-  // minutes. Past 3 s behind, one process asks for the upload itself each second, so the replica
-  // catches up within about a second of the store coming back.
-  if (logsReplica && !litestreamDown && Date.now() - replicaSyncedAt > 3_000) {
-    try {
-      await sendToReplica(REPLICA_WAIT_MS)
-      uploadFailed = undefined
-    } catch (error) {
-      uploadFailed = `sending to the replica failed: ${(error as Error).message}`
-    }
-  } else if (Date.now() - replicaSyncedAt <= 3_000) {
-    uploadFailed = undefined
-  }
   const { state, behind_ms, error } = replicaState()
   if (logsReplica && state !== 'ok' && worstBehindMs === 0) {
     console.warn(`replica: ${state === 'unreachable' ? 'unreachable' : `${(behind_ms / 1000).toFixed(0)} s behind`}${error ? ` (${error})` : ''}; the writes since may be on this box only`)
@@ -598,7 +585,24 @@ async function followReplica() {
     console.log(`replica: caught up, after ${(worstBehindMs / 1000).toFixed(1)} s behind at most`)
   }
   worstBehindMs = state === 'ok' ? 0 : Math.max(worstBehindMs, behind_ms, 1)
+  if (behind_ms <= 3_000) uploadFailed = undefined
+  else if (logsReplica && !litestreamDown && !sending) sendWhatTheReplicaLacks()
   setTimeout(followReplica, 1_000).unref()
+}
+
+// After a failed upload Litestream waits before it tries again, twice as long each time, up to 5
+// minutes. Past 3 s behind, one process asks for the upload itself, one at a time, so the replica
+// catches up soon after the store is back.
+let sending = false
+async function sendWhatTheReplicaLacks() {
+  sending = true
+  try {
+    await sendToReplica(REPLICA_WAIT_MS)
+    uploadFailed = undefined
+  } catch (error) {
+    uploadFailed = `sending to the replica failed: ${(error as Error).message}`
+  }
+  sending = false
 }
 
 // LITESTREAM_SYNC=wait: a write's answer waits until the replica holds its transaction. One sync
