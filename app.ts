@@ -42,6 +42,11 @@ const MAX_BODY_BYTES = 16 * 1024
 const MAX_BODY_CHARS = 500
 const HELPER = process.env.HELPER_OF !== undefined // started by the first process, for its connections
 
+// Only `litestream replicate` (npm start with LITESTREAM_REPLICA_URL) gives the server a replica to wait for.
+if (SYNC_WAIT && !LITESTREAM_SOCKET && cluster.isPrimary && !HELPER) {
+  console.warn('LITESTREAM_SYNC=wait without Litestream (start with LITESTREAM_REPLICA_URL and npm start): writes are acknowledged on commit here')
+}
+
 if (!process.env.JWT_SECRET && cluster.isPrimary && !HELPER) {
   console.warn('JWT_SECRET is not set: tokens are checked with the challenge\'s public default secret; set your own')
 }

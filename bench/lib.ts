@@ -124,7 +124,17 @@ export async function startS3rver(port: number, directory: string, cores?: strin
   const command = [process.execPath, '--input-type=module', '-e', script, directory, String(port)]
   const [file, ...argv] = cores ? ['taskset', '-c', cores, ...command] : command
   const child = spawn(file, argv, { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] })
-  port = Number(String((await once(child.stdout!, 'data'))[0]).trim())
+  // Its port once it listens; an exit or 20 s without it fail the start.
+  const started = await Promise.race([
+    once(child.stdout!, 'data').then(([chunk]) => String(chunk).trim()),
+    once(child, 'exit').then(([code]) => `exited with ${code}`),
+    new Promise<string>((resolve) => setTimeout(resolve, 20_000, 'no answer within 20 s').unref()),
+  ])
+  if (!/^\d+$/.test(started)) {
+    child.kill('SIGKILL')
+    throw new Error(`s3rver did not start: ${started}`)
+  }
+  port = Number(started)
   return {
     env: { AWS_ENDPOINT_URL_S3: `http://127.0.0.1:${port}`, AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER' },
     url: `s3://feed/feed.db?endpoint=http://127.0.0.1:${port}`,

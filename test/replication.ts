@@ -1,9 +1,10 @@
 // What the replication tests share: streams of acknowledged writes, what a database holds of them,
 // and Litestream's own restore, run by hand as the README tells.
 import { spawnSync } from 'node:child_process'
+import { existsSync, readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { DatabaseSync } from 'node:sqlite'
-import { LITESTREAM } from '../bench/lib.ts'
+import { LITESTREAM, processTree } from '../bench/lib.ts'
 import { sleep, type Token } from './helpers.ts'
 
 // Litestream 0.5.17 or later (bench/lib.ts finds it); start.ts is given the same one. Without it the
@@ -20,6 +21,17 @@ export const OLD_LITESTREAM = (() => {
     return createRequire(import.meta.url).resolve('@flydotio/litestream-linux-x64/litestream')
   } catch {}
 })()
+
+// SIGKILL to Litestream and the server under it, at once: nothing gets to send a last frame. Resolves
+// once every one of them is gone (a zombie counts as gone), or fails after 10 s.
+export async function killEverything(pid: number) {
+  const tree = processTree(pid)
+  for (const p of tree) process.kill(p, 'SIGKILL')
+  const alive = (p: number) => existsSync(`/proc/${p}`) && !/\) Z /.test(readFileSync(`/proc/${p}/stat`, 'utf8'))
+  for (const deadline = performance.now() + 10_000; tree.some(alive); await sleep(10)) {
+    if (performance.now() > deadline) throw new Error(`processes ${tree.filter(alive).join(', ')} still there 10 s after SIGKILL`)
+  }
+}
 
 // Litestream's default: how often a replica is sent what is new (start.ts changes none of its settings).
 export const SYNC_INTERVAL_MS = 1_000

@@ -92,10 +92,10 @@ describe('npm start with LITESTREAM_REPLICA_URL', () => {
       const server = await startServer(process.execPath, ['dist/start.js'], { env: { SQLITE_PATH: b.path, LITESTREAM_REPLICA_URL: `file://${replica}`, ...LITESTREAM_ENV } })
       try {
         // behind_ms: since the replica last took all there was (at first, since the server started).
-        const { replica: state } = await (await fetch(`${server.url}/health`)).json()
+        const { replica: state } = await (await fetch(`${server.url}/health`, { signal: AbortSignal.timeout(5_000) })).json()
         assert.equal(state.state, 'ok')
         assert.ok(state.behind_ms >= 0 && state.behind_ms < 5_000, `behind_ms ${state.behind_ms}`)
-        const res = await fetch(`${server.url}/posts`, { method: 'POST', headers: { authorization: `Bearer ${await b.tokenFor(1)}` }, body: JSON.stringify({ body: 'replicated' }) })
+        const res = await fetch(`${server.url}/posts`, { method: 'POST', headers: { authorization: `Bearer ${await b.tokenFor(1)}` }, body: JSON.stringify({ body: 'replicated' }), signal: AbortSignal.timeout(10_000) })
         assert.equal(res.status, 201)
         const { post } = await res.json()
         // Litestream sends each second: restored by hand, the replica soon holds the post.
@@ -113,7 +113,7 @@ describe('npm start with LITESTREAM_REPLICA_URL', () => {
         while (!holds() && performance.now() < deadline) await sleep(200)
         assert.ok(holds(), 'the replica held the write within 10 s')
         await sleep(1_500) // the server asks Litestream once a second
-        const after = (await (await fetch(`${server.url}/health`)).json()).replica
+        const after = (await (await fetch(`${server.url}/health`, { signal: AbortSignal.timeout(5_000) })).json()).replica
         assert.equal(after.state, 'ok')
         assert.ok(after.behind_ms < 3_000, `the replica took what was new ${after.behind_ms} ms ago`)
       } finally {

@@ -5,37 +5,21 @@
 // 0.3.13's files in the replica, once after 0.5.17 has replicated to it as well.
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import { DatabaseSync } from 'node:sqlite'
-import { processTree } from '../../bench/lib.ts'
 import { claims, makeToken, ROOT, sleep, smallDatabase, startServer, type Server, type Token } from '../helpers.ts'
-import { LITESTREAM, LITESTREAM_ENV, notIn, OLD_LITESTREAM, restoreByHand, type Write } from '../replication.ts'
+import { killEverything, LITESTREAM, LITESTREAM_ENV, notIn, OLD_LITESTREAM, restoreByHand, type Write } from '../replication.ts'
 
 const folders: string[] = []
 const servers: Server[] = []
 // Whatever a failed test left running is killed, Litestream and the server under it, so the file still ends.
 after(async () => {
-  for (const server of servers) {
-    if (server.child.exitCode !== null || server.child.signalCode !== null) continue
-    const tree = processTree(server.child.pid!)
-    for (const pid of tree) process.kill(pid, 'SIGKILL')
-    await within((async () => {
-      while (tree.some(alive)) await sleep(10)
-    })(), 10_000, 'a server left running to exit on SIGKILL')
-  }
+  for (const server of servers) if (server.child.exitCode === null && server.child.signalCode === null) await killEverything(server.child.pid!)
   folders.forEach((dir) => rmSync(dir, { recursive: true, force: true }))
 })
-// A process that is still there and not a zombie.
-function alive(pid: number) {
-  try {
-    return !/\) Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8'))
-  } catch {
-    return false
-  }
-}
 const folder = (name: string) => {
   const dir = mkdtempSync(join(tmpdir(), `feed-${name}-`))
   folders.push(dir)

@@ -8,9 +8,9 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, describe, test, type TestContext } from 'node:test'
-import { processTree, startS3rver } from '../../bench/lib.ts'
+import { startS3rver } from '../../bench/lib.ts'
 import { claims, freePort, makeToken, sleep, smallDatabase, startServer, until, type Server, type Token } from '../helpers.ts'
-import { LITESTREAM_ENV, NO_LITESTREAM, notIn, percentile, restoreByHand, SYNC_INTERVAL_MS, writeStream, type Write } from '../replication.ts'
+import { killEverything, LITESTREAM_ENV, NO_LITESTREAM, notIn, percentile, restoreByHand, SYNC_INTERVAL_MS, writeStream, type Write } from '../replication.ts'
 
 const folders: string[] = []
 const servers: Server[] = []
@@ -37,13 +37,6 @@ async function smallBox() {
   folders.push(db.dir)
   const tokens: Token[] = await Promise.all(Array.from({ length: 50 }, async (_, i) => ({ id: i + 1, username: `user_${i + 1}`, token: await makeToken(claims(String(i + 1))) })))
   return { dir: db.dir, tokens }
-}
-
-// SIGKILL to Litestream and the server under it, at once: nothing gets to send a last frame.
-async function killEverything(pid: number) {
-  const tree = processTree(pid)
-  for (const p of tree) process.kill(p, 'SIGKILL')
-  while (tree.some((p) => existsSync(`/proc/${p}`) && !/\) Z /.test(readFileSync(`/proc/${p}/stat`, 'utf8')))) await sleep(10)
 }
 
 // The restored file passes integrity_check and holds every write acknowledged more than the sync
