@@ -902,7 +902,11 @@ function startHelper(copy: NetServer): ChildProcess {
       else if (message === 'full') moveOn(helper)
     }
   })
-  helper.on('exit', (code, signal) => {
+  // An order sent as it dies fails; its 'close' below says what happens next.
+  helper.on('error', () => {})
+  // 'close', not 'exit': by then every message it sent has arrived, a copy of the socket included, so
+  // whether anyone else still holds the socket is known.
+  helper.on('close', (code, signal) => {
     helpers.delete(helper)
     ready.delete(helper)
     if (helper === next) next = undefined

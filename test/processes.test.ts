@@ -81,6 +81,9 @@ describe('more connections than one process has files for', () => {
         const kept = await openConnections(port, count)
         const taking = Number(/process (\d+) takes new connections/.exec(server.output())![1])
         assert.ok(processTree(server.child.pid!).includes(taking))
+        // The next is started after a round trip with the first process: wait for it, or for none.
+        const processes = count === 1500 ? 2 : 3
+        await until(() => processTree(server.child.pid!).length === processes, 10_000, `${processes} processes`)
         process.kill(taking, 'SIGKILL')
         await until(() => server.output().includes(`process ${taking} exited (SIGKILL), and its connections with it`), 10_000, 'the first to see it')
         // With no helper after it, its socket went with it: the first listens again, on the same port.
@@ -98,6 +101,39 @@ describe('more connections than one process has files for', () => {
         for (const socket of [...kept, ...more]) socket.destroy()
       })
     }
+
+    // Nearly full, a helper asks the first for the next one, and the first asks it for a copy of the
+    // socket: here it dies in between, with the first process stopped so that it cannot be quicker.
+    test('the process taking new connections dies just after it asked for the next: the first listens again; nothing else is lost', async () => {
+      await server.stop('SIGKILL')
+      server = await start(1024)
+      const port = Number(new URL(server.url).port)
+      const first = server.child.pid!
+      const kept = await openConnections(port, 1000) // the first full, a helper with the rest
+      const full = Number(/process \d+ is full \((\d+) connections/.exec(server.output())![1])
+      const taking = Number(/process (\d+) takes new connections/.exec(server.output())![1])
+      // The helper's room is the first's, give or take a few files: 50 short of nearly full, then 50 past.
+      kept.push(...await openConnections(port, Math.round(full * 7 / 8) - 50 - (1000 - full)))
+      process.kill(first, 'SIGSTOP')
+      try {
+        kept.push(...await openConnections(port, 100))
+        process.kill(taking, 'SIGKILL')
+        await new Promise((resolve) => setTimeout(resolve, 200)) // its last message and its death both wait
+      } finally {
+        process.kill(first, 'SIGCONT')
+      }
+      await until(() => server.output().split('listening on').length === 3, 10_000, 'the first to listen again')
+      assert.ok(alive(first), `the first process is alive:\n${server.output()}`)
+      const more = await openConnections(port, 100)
+      const survivors = kept.filter((socket) => !socket.destroyed)
+      assert.ok(survivors.length >= 900, `${survivors.length} of the first process's connections still open`)
+      for (const socket of [...survivors.slice(0, 50), ...more.slice(-50)]) {
+        socket.write('GET /posts/2 HTTP/1.1\r\nHost: x\r\n\r\n')
+        const [answer] = await once(socket, 'data', { signal: AbortSignal.timeout(30_000) })
+        assert.match(String(answer), /^HTTP\/1.1 200 OK/)
+      }
+      for (const socket of [...kept, ...more]) socket.destroy()
+    })
   })
 
   describe('under a high limit', () => {
