@@ -8,6 +8,7 @@
 //                                             core against WORKERS=2 on both
 //   npm run bench -- --cluster [--quick]      LiteFS: a primary and a replica (bench/cluster.ts)
 //   npm run bench -- --score [--full]         the challenge's score in the box's limits (bench/score.ts)
+//   npm run bench -- --score --full --confirm-from <users>   only its warm-up and confirmation, from there down
 //   npm run bench -- --score --k6 <k6 binary> its users generator against the real k6, at 10,000 users
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
@@ -44,6 +45,7 @@ const { values: args } = parseArgs({
     s3: { type: 'boolean', default: false },
     score: { type: 'boolean', default: false },
     full: { type: 'boolean', default: false },
+    'confirm-from': { type: 'string' },
     k6: { type: 'string' },
     floor: { type: 'boolean', default: false },
     together: { type: 'boolean', default: false },
@@ -533,7 +535,9 @@ async function runScore(seed: Seed, flags: string[]) {
   const ceiling = await saturate('ceiling', 'ceiling', seed)
   const mix = await saturate(ours, 'mix', seed)
   const estimate = { users: (0.8 * mix.rps) / USER_RATE, mix_rps: mix.rps, mix_cpu_us: mix.cpu_us, c0_us: ceiling.cpu_us }
-  const result = await scoreBench({ seed, flags, full: args.full, estimate, commit: ours.commit })
+  const confirmFrom = args['confirm-from'] ? Number(args['confirm-from']) : undefined
+  if (confirmFrom !== undefined && !(confirmFrom >= 2500 && confirmFrom % 250 === 0)) throw new Error('--confirm-from: a number of users, 2,500 or more, in steps of 250')
+  const result = await scoreBench({ seed, flags, full: args.full, estimate, commit: ours.commit, confirmFrom })
   const file = join(RESULTS, `${new Date().toISOString().replace(/[:.]/g, '-')}-${ours.commit}-score.json`)
   writeFileSync(file, JSON.stringify({ date: new Date().toISOString(), commit: ours.commit, node: process.version, estimate, ...result }, null, 2))
   console.log(`results: ${file}`)

@@ -105,8 +105,10 @@ function progress(logFile: string, started: number) {
 
 const clock = (s: number) => `${Math.floor(s / 60)}m${String(Math.round(s % 60)).padStart(2, '0')}s`
 
-export async function scoreBench({ seed, flags, full, estimate, commit }: {
+export async function scoreBench({ seed, flags, full, estimate, commit, confirmFrom }: {
   seed: Seed; flags: string[]; full: boolean; commit: string
+  // Skip the search and the narrowing: the confirmation starts here (a level an earlier run found).
+  confirmFrom?: number
   estimate: { users: number; mix_rps: number; mix_cpu_us: number; c0_us: number }
 }) {
   const started = performance.now()
@@ -216,9 +218,10 @@ export async function scoreBench({ seed, flags, full, estimate, commit }: {
   const doublings = () => Math.max(1, Math.ceil(Math.log2(expected / 2500)) + 1)
   remaining = () => levelSeconds(SEARCH) * doublings() + levelSeconds(SEARCH) * 4 + levelSeconds(CONFIRM)
   await level(1000, 'warm-up', WARMUP)
-  let passed = 0
-  let failedAt = 0
-  for (let users = 2500, n = 0; ; users *= 2, n++) {
+  let passed = confirmFrom ?? 0
+  let failedAt = confirmFrom ?? 0
+  if (confirmFrom) log(`score: no search and no narrowing (--confirm-from): the confirmation starts at ${fmt(confirmFrom)} users`)
+  for (let users = 2500, n = 0; !confirmFrom; users *= 2, n++) {
     remaining = () => levelSeconds(SEARCH) * (Math.max(0, doublings() - n - 1) + 4) + levelSeconds(CONFIRM)
     const result = await level(users, 'search', SEARCH)
     if (!result.pass) {
@@ -228,7 +231,7 @@ export async function scoreBench({ seed, flags, full, estimate, commit }: {
     passed = users
   }
   // Narrowing: halve the bracket until it is within 250 users (--full), or an eighth of the best.
-  const resolution = full ? STEP : round(passed / 8)
+  const resolution = full || confirmFrom ? STEP : round(passed / 8)
   const steps = () => Math.max(0, Math.ceil(Math.log2(Math.max(1, (failedAt - passed) / resolution))))
   while (failedAt - passed > resolution) {
     remaining = () => levelSeconds(SEARCH) * (steps() - 1) + levelSeconds(CONFIRM)
