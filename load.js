@@ -13,6 +13,8 @@ const BASE_URL = __ENV.BASE_URL || 'http://localhost:3000'
 const VUS = Number(__ENV.VUS || 2500)
 const RAMP_UP = __ENV.RAMP_UP || '60s'
 const DURATION = __ENV.DURATION || '5m'
+// The challenge's ramp-down, and the time a user's loop gets to finish in it.
+const RAMP_DOWN = __ENV.RAMP_DOWN || '30s'
 const MIX = __ENV.MIX || 'realistic'
 const TOKENS = __ENV.TOKENS || './data/tokens.json'
 
@@ -36,9 +38,9 @@ export const options = {
       stages: [
         { duration: RAMP_UP, target: VUS },
         { duration: DURATION, target: VUS },
-        { duration: '30s', target: 0 },
+        { duration: RAMP_DOWN, target: 0 },
       ],
-      gracefulRampDown: '30s',
+      gracefulRampDown: RAMP_DOWN,
     },
   },
   thresholds: {
