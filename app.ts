@@ -38,6 +38,9 @@ const REPLICA_WAIT_MS = Number(process.env.REPLICA_WAIT_MS || 5_000)
 // How long the replica may go without taking what is new before /health says `behind` and the log
 // says so (Litestream sends every second or two).
 const REPLICA_LAG_MS = Number(process.env.REPLICA_LAG_MS || 10_000)
+// A Litestream follower (start.ts, with LITESTREAM_REPLICA_URL): the primary's API, where this node
+// forwards every write ("Litestream followers").
+const PRIMARY_API_URL = process.env.PRIMARY_API_URL?.replace(/\/+$/, '')
 const MAX_BODY_BYTES = 16 * 1024
 const MAX_BODY_CHARS = 500
 const HELPER = process.env.HELPER_OF !== undefined // started by the first process, for its connections
@@ -51,7 +54,11 @@ if (!process.env.JWT_SECRET && cluster.isPrimary && !HELPER) {
   console.warn('JWT_SECRET is not set: tokens are checked with the challenge\'s public default secret; set your own')
 }
 
-// A new file gets the empty schema, so the server can start anywhere.
+// A new file gets the empty schema, so the server can start anywhere; a follower's comes from the replica.
+if (PRIMARY_API_URL && !existsSync(SQLITE_PATH)) {
+  console.error(`${SQLITE_PATH} is missing: a follower (PRIMARY_API_URL) serves the copy \`litestream restore -f\` keeps; start it with npm start and LITESTREAM_REPLICA_URL`)
+  process.exit(1)
+}
 if (!existsSync(SQLITE_PATH)) {
   mkdirSync(dirname(SQLITE_PATH), { recursive: true })
   const db = new DatabaseSync(SQLITE_PATH)
@@ -67,11 +74,12 @@ if (!existsSync(SQLITE_PATH)) {
 function openDatabase() {
   if (!existsSync(SQLITE_PATH)) throw new ApiError(503, 'database file is missing') // opening would create it
   // Opening never waits on a lock another process holds: the start waits on its own (waitForDatabase).
-  const db = new DatabaseSync(SQLITE_PATH, { timeout: 0 })
+  // A follower's file is Litestream's to write, in rollback-journal mode: it is only ever read here.
+  const db = new DatabaseSync(SQLITE_PATH, { timeout: 0, readOnly: Boolean(PRIMARY_API_URL) })
   try {
     // Stored in the file: readers never wait for the writer. Set only where it is not, since setting it
-    // is a write, and a LiteFS replica's file is the primary's to write.
-    if ((db.prepare('PRAGMA journal_mode').get() as { journal_mode: string }).journal_mode !== 'wal') db.exec('PRAGMA journal_mode = WAL')
+    // is a write, and a replica's file (LiteFS, Litestream) is the primary's to write.
+    if (!PRIMARY_API_URL && (db.prepare('PRAGMA journal_mode').get() as { journal_mode: string }).journal_mode !== 'wal') db.exec('PRAGMA journal_mode = WAL')
     db.exec(`
       PRAGMA synchronous = NORMAL;  -- a commit survives a process crash without an fsync of its own
       PRAGMA wal_autocheckpoint = ${WAL_AUTOCHECKPOINT};
@@ -79,7 +87,7 @@ function openDatabase() {
     const statements = {
       db,
       // SQLite opens a file it may not write read-only, and such a connection stays so.
-      readOnly: !isWritable(SQLITE_PATH),
+      readOnly: Boolean(PRIMARY_API_URL) || !isWritable(SQLITE_PATH),
       feed: db.prepare(`
         SELECT json_object('posts', json_group_array(json_object(
                  'id', p.id, 'body', p.body, 'created_at', p.created_at, 'author', u.username,
@@ -98,6 +106,7 @@ function openDatabase() {
         FROM posts AS p
         WHERE p.id = ?`),
       postExists: db.prepare('SELECT 1 FROM posts WHERE id = ?'),
+      likeExists: db.prepare('SELECT 1 FROM likes WHERE user_id = ? AND post_id = ?'),
       // Reads a page of the file, where SELECT 1 would not touch it.
       ping: db.prepare('SELECT count(*) FROM sqlite_schema'),
       // Reads wait for another process's locks up to BUSY_TIMEOUT_MS (a LiteFS replica applying a
@@ -115,6 +124,10 @@ function openDatabase() {
         )) AS json`),
       // Inserts only when the post exists, and ignores a repeated like.
       insertLike: db.prepare('INSERT OR IGNORE INTO likes (user_id, post_id) SELECT ?, id FROM posts WHERE id = ?'),
+      // Writes page 1 (the header's user_version, to the value it has): under Litestream each commit does,
+      // so each LTX file carries page 1, and a follower's Litestream, applying it, changes the header's
+      // counter by which its readers know their cached pages are stale ("Litestream followers").
+      touchHeader: db.prepare(`PRAGMA user_version = ${(db.prepare('PRAGMA user_version').get() as { user_version: number }).user_version}`),
     }
     statements.wait.run()
     return statements
@@ -130,7 +143,7 @@ type Database = ReturnType<typeof openDatabase>
 let connection: Database | undefined
 
 function database(): Database {
-  if (connection?.readOnly && isWritable(SQLITE_PATH)) reopenWritable()
+  if (connection?.readOnly && !PRIMARY_API_URL && isWritable(SQLITE_PATH)) reopenWritable()
   return (connection ??= openDatabase())
 }
 
@@ -315,6 +328,8 @@ async function readPostBody(c: Context): Promise<string> {
 type PendingWrite = { write: (w: Database) => unknown; resolve: (value: any) => void; reject: (error: unknown) => void }
 let pendingWrites: PendingWrite[] = []
 
+const noWrite = () => undefined // /health's: would a write go through now?
+
 function inTransaction<T>(write: (w: Database) => T): Promise<T> {
   return new Promise((resolve, reject) => {
     if (pendingWrites.push({ write, resolve, reject }) === 1) setImmediate(commitPendingWrites)
@@ -359,6 +374,7 @@ function commitBatch(batch: PendingWrite[], deadline: number, retryMs: number) {
     }
     // A file unlinked while open would take these writes with it when the process ends.
     if (!existsSync(SQLITE_PATH)) throw new ApiError(503, 'database file is missing')
+    if (LITESTREAM_SOCKET && batch.some(({ write }) => write !== noWrite)) w.touchHeader.run()
     w.commit.run()
   } catch (error) {
     if (w.db.isTransaction) w.rollback.run()
@@ -439,15 +455,15 @@ function primaryUrl(): string {
 // goes to the primary as it came, and the primary's answer comes back once this copy has caught up.
 // (Generic over the route's path so that the handler after it still knows its params, like `:id`.)
 async function forwardOnReplica<Path extends string>(c: Context<any, Path>, next: Next) {
-  if (!onLiteFS) return next()
-  if (!isReplica()) {
+  if (!onLiteFS && !PRIMARY_API_URL) return next()
+  if (onLiteFS && !isReplica()) {
     await next()
     const txid = c.res.ok && committedTxid()
     if (txid) c.res.headers.set(TXID_HEADER, txid)
     return
   }
-  await authenticate(c)
-  const primary = primaryUrl()
+  const user = await authenticate(c)
+  const primary = PRIMARY_API_URL ?? primaryUrl()
   const body = await c.req.arrayBuffer()
   const headers: Record<string, string> = { authorization: c.req.header('authorization')! }
   const type = c.req.header('content-type')
@@ -463,11 +479,12 @@ async function forwardOnReplica<Path extends string>(c: Context<any, Path>, next
     throw new ApiError(503, 'primary is unreachable')
   }
   const text = await answer.text()
+  if (PRIMARY_API_URL) return followerAnswer(c, user, answer.status, text)
   const txid = answer.headers.get(TXID_HEADER)
   if (!txid) return jsonResponse(answer.status, text)
   // Committed on the primary but not here yet: still the primary's answer (an error would invite a
   // retry, and a second post), marked so the client knows a read here may not show it yet.
-  if (!(await caughtUp(txid))) {
+  if (!(await caughtUp(() => position() >= txid, CATCH_UP_MS))) {
     console.warn(`replica: transaction ${txid} not here after ${CATCH_UP_MS} ms; answered without it`)
     return jsonResponse(answer.status, text, { [TXID_HEADER]: txid, 'litefs-caught-up': 'false' })
   }
@@ -482,36 +499,77 @@ function committedTxid(): string {
   return lastRead.txid
 }
 
-// This copy's TXID; empty when LiteFS cannot say (it stopped), which is behind every position.
+// This copy's TXID, 16 hex digits: LiteFS's `-pos`, or the last one a follower's Litestream applied
+// (`-txid`). Empty when neither can say (LiteFS stopped), which is behind every position.
 function position(): string {
   try {
-    return readFileSync(POSITION_FILE, 'latin1').slice(0, 16)
+    return readFileSync(PRIMARY_API_URL ? FOLLOWED_FILE : POSITION_FILE, 'latin1').slice(0, 16)
   } catch {
     return ''
   }
 }
 
-// Forwarded writes wait here for this copy's position; one timer reads it for all of them.
-type CatchUp = { txid: string; deadline: number; resolve: (caughtUp: boolean) => void }
+// Forwarded writes wait here until this copy has them. One timer reads the position for all of them,
+// and looks again at a write only when the position has moved: every millisecond on LiteFS, which
+// replicates in milliseconds, every 10 on a follower, about a second behind.
+type CatchUp = { here: () => boolean; deadline: number; resolve: (caughtUp: boolean) => void }
 const catchingUp = new Set<CatchUp>()
+const POLL_MS = PRIMARY_API_URL ? 10 : 1
+let lastPosition = ''
 
-function caughtUp(txid: string): Promise<boolean> {
-  if (position() >= txid) return Promise.resolve(true)
+function caughtUp(here: () => boolean, withinMs: number): Promise<boolean> {
+  if (here()) return Promise.resolve(true)
   return new Promise((resolve) => {
-    if (catchingUp.add({ txid, deadline: Date.now() + CATCH_UP_MS, resolve }).size === 1) setTimeout(pollPosition, 1)
+    if (catchingUp.add({ here, deadline: Date.now() + withinMs, resolve }).size > 1) return
+    lastPosition = position()
+    setTimeout(pollPosition, POLL_MS)
   })
 }
 
 function pollPosition() {
-  const here = position()
-  const now = Date.now()
+  const now = position()
+  const moved = now !== lastPosition
+  lastPosition = now
   for (const wait of catchingUp) {
-    if (here >= wait.txid || now >= wait.deadline) {
+    const here = moved && wait.here()
+    if (here || Date.now() >= wait.deadline) {
       catchingUp.delete(wait)
-      wait.resolve(here >= wait.txid)
+      wait.resolve(here)
     }
   }
-  if (catchingUp.size) setTimeout(pollPosition, 1)
+  if (catchingUp.size) setTimeout(pollPosition, POLL_MS)
+}
+
+// --- Litestream followers ----------------------------------------------------------------------------
+// A follower (npm start with LITESTREAM_REPLICA_URL and PRIMARY_API_URL) serves reads from a plain local
+// file that `litestream restore -f` keeps: it applies each LTX file the primary's Litestream uploads,
+// about a second after the commit, under SQLite's own locks (a read sees a transaction whole or not at
+// all), and writes the TXID it reached to `<db>-txid`. The file stays in rollback-journal mode and is
+// only read here. Each write goes to the primary as on a LiteFS replica; its answer goes back once
+// this copy holds the row it wrote, so a read after a write here sees it. The row, not a TXID: the
+// primary's Litestream numbers a transaction only when it next syncs, after the answer has gone.
+const FOLLOWED_FILE = `${SQLITE_PATH}-txid`
+// A follower is a sync interval (1 s) and a follow interval (100 ms) behind; past this it answers anyway.
+const FOLLOW_CATCH_UP_MS = 5_000
+
+async function followerAnswer(c: Context, user: User, status: number, text: string) {
+  if (status !== 200 && status !== 201) return jsonResponse(status, text)
+  const likedPost = c.req.param('id')
+  const here = likedPost === undefined
+    ? () => rowHere('postExists', (JSON.parse(text) as { post: { id: number } }).post.id)
+    : () => rowHere('likeExists', user.id, Number(likedPost))
+  if (await caughtUp(here, FOLLOW_CATCH_UP_MS)) return jsonResponse(status, text)
+  console.warn(`follower: a write the primary took is not here after ${FOLLOW_CATCH_UP_MS} ms; answered without it`)
+  return jsonResponse(status, text, { 'litestream-caught-up': 'false' })
+}
+
+// A read that fails here (Litestream holding the locks past the busy timeout) is a row not here yet.
+function rowHere(statement: 'postExists' | 'likeExists', ...ids: number[]): boolean {
+  try {
+    return database()[statement].get(...ids) !== undefined
+  } catch {
+    return false
+  }
 }
 
 // --- The Litestream replica ------------------------------------------------------------------------
@@ -652,7 +710,7 @@ async function databaseProblem(): Promise<string | undefined> {
   try {
     database().ping.get()
     if (!existsSync(SQLITE_PATH)) return 'database file is missing'
-    if (onLiteFS && isReplica()) return undefined // a replica's writes are the primary's to take
+    if (PRIMARY_API_URL || (onLiteFS && isReplica())) return undefined // a replica's writes are the primary's to take
     // SQLite lets a read-only connection take the write lock; only the first write would fail.
     if (!isWritable(SQLITE_PATH)) return 'database is read-only'
     const { bavail, bsize } = statfsSync(dirname(SQLITE_PATH))
@@ -660,7 +718,7 @@ async function databaseProblem(): Promise<string | undefined> {
     // Could a write go through now? An empty one joins the next group commit: it waits for a lock
     // another process holds (Litestream's checkpoint, another worker's commit) as long as a write
     // would, and fails only where a write would fail.
-    await inTransaction(() => undefined)
+    await inTransaction(noWrite)
     return undefined
   } catch (error) {
     forgetConnectionAfter(error)

@@ -2,24 +2,37 @@
 // With LITESTREAM_REPLICA_URL set, the database lives in a replica too (README, "Keep the data"): a
 // missing file is restored from the replica before the seed is asked, and the server runs under
 // `litestream replicate` (0.5.17 or later), which streams every change to the replica about once a second.
-import { spawn, spawnSync } from 'node:child_process'
+// With PRIMARY_API_URL as well, this node is a follower of that replica (app.ts, "Litestream followers"):
+// `litestream restore -f` restores the database and keeps applying what the primary sends, and the
+// server reads that copy and forwards every write to the primary.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
-import { accessSync, constants, existsSync, mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { accessSync, closeSync, constants, existsSync, mkdirSync, openSync, readSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { DatabaseSync } from 'node:sqlite'
 import { tmpdir } from 'node:os'
 import { basename, dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 
 const SQLITE_PATH = process.env.SQLITE_PATH || 'data/feed.db'
 const REPLICA_URL = process.env.LITESTREAM_REPLICA_URL
+const PRIMARY_API_URL = process.env.PRIMARY_API_URL
 // The Litestream binary: a path, or a name looked up on the PATH (the image's /usr/local/bin).
 const LITESTREAM_BIN = process.env.LITESTREAM_BIN || 'litestream'
 // The oldest Litestream this runs: 0.5.17's SQLite is the first past the WAL-reset bug
 // (sqlite.org/wal.html#walresetbug), which a checkpoint from Litestream's connection can hit.
 const LITESTREAM_MIN = [0, 5, 17]
+// How often a follower looks for new LTX files in the replica.
+const FOLLOW_INTERVAL = process.env.LITESTREAM_FOLLOW_INTERVAL || '100ms'
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const dist = (file: string) => fileURLToPath(new URL(`./${file}`, import.meta.url))
 
+if (PRIMARY_API_URL && !REPLICA_URL) {
+  console.error('start: PRIMARY_API_URL makes this node a follower of a Litestream replica: set LITESTREAM_REPLICA_URL to the primary\'s')
+  process.exit(1)
+}
 // The binary is checked first: a start that cannot replicate stops before it restores or seeds.
 const litestreamBin = REPLICA_URL ? litestreamBinary() : undefined
+if (PRIMARY_API_URL) await follow()
 if (REPLICA_URL) await restoreIfMissing()
 
 // The seed runs in a process of its own, so its memory is gone before the server starts.
@@ -64,6 +77,92 @@ function writeLitestreamConfig() {
   mkdirSync(dirname(db), { recursive: true })
   writeFileSync(config, JSON.stringify({ socket: { enabled: true, path: socket }, dbs: [{ path: db, replica }] }, null, 2) + '\n')
   return config
+}
+
+// A follower: Litestream restores the database and follows the replica; the server starts once the
+// copy is whole and reads it. Either process ending ends the other, and the start.
+async function follow(): Promise<never> {
+  const { db } = litestreamPaths()
+  // A database here that Litestream did not restore (no `<db>-txid`) cannot be followed: set aside,
+  // never deleted (it may hold writes of its own), and the copy restored afresh.
+  if (existsSync(db) && !existsSync(`${db}-txid`)) {
+    const aside = `${db}.not-followed-${new Date().toISOString().replace(/[:.]/g, '-')}`
+    for (const suffix of ['', '-wal', '-shm', '-journal']) if (existsSync(db + suffix)) renameSync(db + suffix, aside + suffix)
+    console.log(`start: ${SQLITE_PATH} has no ${basename(db)}-txid, so Litestream did not restore it: set it aside as ${aside}`)
+  }
+  console.log(`start: following ${shown(REPLICA_URL!)} into ${SQLITE_PATH}; writes go to ${PRIMARY_API_URL}`)
+  let server: ChildProcess | undefined
+  const stop = (signal: NodeJS.Signals) => {
+    if (server) return server.kill(signal)
+    restoring?.kill(signal) // still restoring: nothing to drain
+    process.exit(0)
+  }
+  process.on('SIGTERM', stop).on('SIGINT', stop)
+  const follower = await startFollowing(db)
+  readersFirst(db)
+  server = spawn(process.execPath, [...process.execArgv, dist('app.js')], { stdio: 'inherit' })
+  const ended = await Promise.race([once(server, 'exit').then(([code, signal]) => ({ who: 'the server', code, signal })),
+    once(follower, 'exit').then(([code, signal]) => ({ who: 'litestream restore -f', code, signal }))])
+  for (const child of [server, follower]) if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
+  await Promise.all([server, follower].map((child) => child.exitCode === null && child.signalCode === null ? once(child, 'exit') : undefined))
+  if (ended.who === 'the server' && ended.code === 0) process.exit(0)
+  console.error(`start: ${ended.who} ended (${ended.signal ?? `exit code ${ended.code}`}), so the follower stops`)
+  process.exit(ended.code || 1)
+}
+
+// `litestream restore -f`, running once it follows: it says so after a restore, or at once when it
+// resumes from `<db>-txid` after a restart. 0.5.17 resumes only while the primary has written nothing
+// since its last snapshot (one a day): otherwise it refuses, and the copy, Litestream's own, is
+// restored afresh. A replica with nothing to restore yet (the primary's first snapshot on its way) is
+// tried again every 2 s.
+let restoring: ChildProcess | undefined
+async function startFollowing(db: string): Promise<ChildProcess> {
+  const started = performance.now()
+  for (let waited = false; ; ) {
+    const [binary, args] = litestream('restore', '-f', '-follow-interval', FOLLOW_INTERVAL, db)
+    const child = (restoring = spawn(binary, args, { stdio: ['ignore', 'pipe', 'pipe'] }))
+    let said = ''
+    const following = new Promise<boolean>((resolve) => {
+      const listen = (out: NodeJS.WriteStream) => (chunk: Buffer) => {
+        out.write(chunk)
+        if (said.includes('entering follow mode')) return
+        said += chunk
+        if (said.includes('entering follow mode')) resolve(true)
+      }
+      child.stdout!.on('data', listen(process.stdout))
+      child.stderr!.on('data', listen(process.stderr))
+      child.once('exit', () => resolve(false))
+    })
+    if (await following) {
+      console.log(`start: ${SQLITE_PATH} is whole after ${((performance.now() - started) / 1000).toFixed(1)} s; serving it`)
+      return child
+    }
+    if (said.includes('cannot resume follow mode')) {
+      for (const suffix of ['', '-txid', '-journal', '-wal', '-shm']) rmSync(db + suffix, { force: true })
+      console.log(`start: Litestream cannot resume ${SQLITE_PATH} where it was; restoring it afresh`)
+      continue
+    }
+    if (!waited) console.log('start: nothing to follow yet; trying again every 2 s')
+    waited = true
+    await sleep(2_000)
+  }
+}
+
+// Litestream restores the primary's header as it is, WAL mode included, and marks the copy
+// rollback-journal only when it next applies page 1. A reader of a WAL file holds a lock on it for as
+// long as it is open, which Litestream's apply would wait on forever, and trusts its page cache by an
+// index Litestream never writes. So the copy is switched before anything reads it, under SQLite's
+// locks, which Litestream's apply takes too. (Every commit of the primary writes page 1 under
+// Litestream, app.ts: each apply then changes the header's counter, and the readers' caches go.)
+function readersFirst(db: string) {
+  const header = Buffer.alloc(2)
+  const fd = openSync(db, 'r')
+  readSync(fd, header, 0, 2, 18)
+  closeSync(fd)
+  if (header[0] !== 2) return
+  const copy = new DatabaseSync(db, { timeout: 10_000 })
+  copy.exec('PRAGMA journal_mode = DELETE')
+  copy.close()
 }
 
 function litestream(command: 'restore' | 'replicate', ...args: string[]) {

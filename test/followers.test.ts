@@ -1,0 +1,223 @@
+// Litestream followers on this machine, every process the real one: a primary (npm start with
+// LITESTREAM_REPLICA_URL: `litestream replicate`) and followers (the same, with PRIMARY_API_URL:
+// `litestream restore -f` and a server that reads its copy and forwards the writes). Over a file
+// replica, every test; over s3rver, the contract's goldens and read-your-writes.
+import assert from 'node:assert/strict'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { after, before, describe, test } from 'node:test'
+import { startS3rver } from '../bench/lib.ts'
+import { contractTests, goldenTests } from './contract.ts'
+import { freePort, freshSeededCopy, startServer, type Server, type Token } from './helpers.ts'
+import { killEverything, LITESTREAM_ENV, NO_LITESTREAM } from './replication.ts'
+
+const seed = process.env.TEST_SEED_DB ?? ''
+const tokens: Token[] = NO_LITESTREAM ? [] : JSON.parse(readFileSync(join(dirname(seed), 'tokens.json'), 'utf8'))
+
+const post = (base: string, path: string, token: string, body?: unknown, signal?: AbortSignal) =>
+  fetch(base + path, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body), signal })
+
+async function expectError(res: Response, status: number, message: string) {
+  assert.equal(res.status, status)
+  assert.equal(await res.text(), `{"error":"${message}"}`)
+}
+
+for (const store of ['a file replica', 's3rver'] as const) {
+  const everything = store === 'a file replica'
+  describe(`Litestream followers over ${store}: node a the primary, b and c following it`, { skip: NO_LITESTREAM }, () => {
+    const dir = mkdtempSync(join(tmpdir(), 'followers-'))
+    const primaryDb = freshSeededCopy()
+    let replica: { url: string; env: Record<string, string>; stop?: () => Promise<void> }
+    let primaryPort: number
+    const nodes: Server[] = []
+    const url = (i: number) => nodes[i].url
+
+    const startPrimary = () => startServer(process.execPath, ['dist/start.js'], {
+      env: { ...LITESTREAM_ENV, ...replica.env, SQLITE_PATH: primaryDb.path, PORT: String(primaryPort), LITESTREAM_REPLICA_URL: replica.url },
+    })
+    const startFollower = (name: string) => startServer(process.execPath, ['dist/start.js'], {
+      env: { ...LITESTREAM_ENV, ...replica.env, SQLITE_PATH: join(dir, name, 'feed.db'), LITESTREAM_REPLICA_URL: replica.url, PRIMARY_API_URL: `http://127.0.0.1:${primaryPort}` },
+    })
+
+    before(async () => {
+      if (everything) replica = { url: `file://${join(dir, 'replica')}`, env: {} }
+      else {
+        const s3 = await startS3rver(0, join(dir, 's3'))
+        replica = { url: s3.url, env: s3.env, stop: s3.stop }
+      }
+      primaryPort = await freePort()
+      nodes.push(await startPrimary())
+      // Each follower restores once the primary's first snapshot is in the replica, and says so.
+      nodes.push(...(await Promise.all([startFollower('b'), startFollower('c')])))
+    })
+
+    after(async () => {
+      await Promise.all(nodes.map((node) => killEverything(node.child.pid!)))
+      await replica?.stop?.()
+      primaryDb.remove()
+      rmSync(dir, { recursive: true, force: true })
+    })
+
+    for (const [i, name] of ['b', 'c'].entries()) {
+      describe(`follower ${name}, fresh`, () => goldenTests(() => ({ url: url(i + 1) })))
+    }
+
+    test('a follower serves a plain file in rollback-journal mode, and writes nothing to it', () => {
+      assert.match(nodes[1].output(), /is whole after [\d.]+ s; serving it/)
+      const header = readFileSync(join(dir, 'b', 'feed.db')).subarray(18, 20)
+      assert.deepEqual([...header], [1, 1], 'rollback-journal mode in the header')
+    })
+
+    // One like a transaction grows no file and changes no page 1 of its own: a follower's readers see it
+    // only because every commit of the primary writes page 1, which tells them their cache is stale.
+    test("likes on the primary, one at a time, reach the follower's reads within a few seconds", async () => {
+      for (let i = 0; i < 5; i++) {
+        const id = 400_000 + i
+        const count = async () => (await (await fetch(`${url(1)}/posts/${id}`)).json()).post.like_count
+        const before = await count()
+        assert.equal((await post(url(0), `/posts/${id}/like`, tokens[8800 + i].token)).status, 201)
+        const deadline = performance.now() + 5_000
+        let now = before
+        while (now === before && performance.now() < deadline) {
+          await new Promise((resolve) => setTimeout(resolve, 50))
+          now = await count()
+        }
+        assert.equal(now, before + 1, `post ${id}: the like on follower b`)
+      }
+    })
+
+    test('1,000 creates, each read right after on the follower that took it: all found, byte for byte', async () => {
+      let found = 0
+      const pairs = Array.from({ length: everything ? 1000 : 200 }, (_, i) => i)
+      const worker = async () => {
+        for (let i = pairs.shift(); i !== undefined; i = pairs.shift()) {
+          const follower = url(1 + (i % 2))
+          const res = await post(follower, '/posts', tokens[7000 + i].token, { body: `read your write ${i}` })
+          assert.equal(res.status, 201)
+          assert.equal(res.headers.get('litestream-caught-up'), null, 'answered once the follower had it')
+          const text = await res.text()
+          const read = await fetch(`${follower}/posts/${JSON.parse(text).post.id}`)
+          if (read.status === 200 && (await read.text()) === text) found++
+        }
+      }
+      // Many at once: each waits for the primary's next sync (about a second), so they share them.
+      await Promise.all(Array.from({ length: 50 }, worker))
+      assert.equal(found, everything ? 1000 : 200)
+    })
+
+    if (!everything) return
+
+    describe('follower b: the contract', () => {
+      contractTests(() => ({ url: url(1), tokens: tokens.slice(2000) }), { goldens: false })
+    })
+
+    test('25 likes of one post by one user, spread over the three nodes: exactly one 201, and every node counts it', async () => {
+      const counts = () => Promise.all([0, 1, 2].map(async (i) => (await (await fetch(`${url(i)}/posts/321321`)).json()).post.like_count))
+      const before = await counts()
+      const results = await Promise.all(Array.from({ length: 25 }, (_, i) => post(url(i % 3), '/posts/321321/like', tokens[9000].token)))
+      assert.deepEqual(results.map((r) => r.status).sort((a, b) => b - a), [201, ...Array(24).fill(200)])
+      assert.deepEqual(await counts(), before.map((n) => n + 1))
+    })
+
+    test('a write without a valid token is refused on the follower, nothing sent', async () => {
+      await expectError(await post(url(2), '/posts', 'not.a.jwt', { body: 'x' }), 401, 'invalid or expired token')
+      await expectError(await fetch(`${url(2)}/posts/1/like`, { method: 'POST' }), 401, 'missing bearer token')
+    })
+
+    test("the primary stopped: followers serve reads, writes are 503, and both work again once it is back", async () => {
+      assert.equal(await nodes[0].stop(), 0)
+      for (const i of [1, 2]) {
+        assert.equal((await fetch(`${url(i)}/posts/1`)).status, 200)
+        assert.equal((await fetch(`${url(i)}/feed`)).status, 200)
+        assert.equal((await fetch(`${url(i)}/health`)).status, 200, 'a follower that can read is healthy')
+        await expectError(await post(url(i), '/posts', tokens[9500].token, { body: 'nobody takes this' }), 503, 'primary is unreachable')
+        await expectError(await post(url(i), '/posts/5/like', tokens[9500].token), 503, 'primary is unreachable')
+      }
+      nodes[0] = await startPrimary()
+      for (const i of [1, 2]) {
+        const created = await post(url(i), '/posts', tokens[9500].token, { body: `back ${i}` })
+        assert.equal(created.status, 201)
+        assert.equal(created.headers.get('litestream-caught-up'), null)
+        assert.equal((await post(url(i), '/posts/5/like', tokens[9501 + i].token)).status, 201)
+      }
+    })
+
+    // Writes on the primary and on c, reads on c, all the while; c's every process SIGKILLed, and c
+    // started again: it restores (Litestream 0.5.17 does not resume past the primary's last snapshot)
+    // and has every write acknowledged anywhere.
+    test('SIGKILL to a follower under load: no wrong answer, and after its restart it has every acknowledged write', async () => {
+      const acknowledged: { id: number; text: string }[] = []
+      const wrong: string[] = []
+      let running = true
+      let n = 0
+      const writer = async (i: number) => {
+        while (running) {
+          const k = n++
+          const res = await post(url(i), '/posts', tokens[10_000 + (k % 5000)].token, { body: `under load ${k}` }, AbortSignal.timeout(10_000)).catch(() => undefined)
+          const text = await res?.text().catch(() => undefined)
+          if (!res || text === undefined) continue
+          if (res.status === 201) acknowledged.push({ id: JSON.parse(text).post.id, text })
+          else wrong.push(`${res.status} ${text}`)
+        }
+      }
+      const reader = async () => {
+        while (running) {
+          const res = await fetch(`${url(2)}/posts/${1 + (n % 500_000)}`, { signal: AbortSignal.timeout(5_000) }).catch(() => undefined)
+          const text = await res?.text().catch(() => undefined)
+          if (res && text !== undefined && !(res.status === 200 && text.startsWith('{"post":{'))) wrong.push(`${res.status} ${text}`)
+        }
+      }
+      const load = [writer(0), writer(0), writer(1), writer(2), writer(2), reader(), reader()]
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 3_000))
+        await killEverything(nodes[2].child.pid!)
+      } finally {
+        await new Promise((resolve) => setTimeout(resolve, 1_000))
+        running = false
+        await Promise.all(load)
+      }
+      assert.deepEqual(wrong, [])
+      assert.ok(acknowledged.length > 20, `only ${acknowledged.length} writes acknowledged`)
+      nodes[2] = await startFollower('c')
+      assert.match(nodes[2].output(), /restoring it afresh|is whole after/)
+      // A follower is about a second behind: every acknowledged write is there within a few.
+      const deadline = performance.now() + 10_000
+      for (const { id, text } of acknowledged) {
+        let got = ''
+        do got = await (await fetch(`${url(2)}/posts/${id}`)).text()
+        while (got !== text && performance.now() < deadline && (await new Promise((resolve) => setTimeout(resolve, 50, true))))
+        assert.equal(got, text, `post ${id} on c after its restart`)
+      }
+      assert.equal((await post(url(2), '/posts', tokens[16_000].token, { body: 'c is back' })).status, 201)
+    })
+
+    test('a follower started while the primary is writing: it restores, serves, and catches up', async () => {
+      let writing = true
+      const acknowledged: string[] = []
+      const stream = (async () => {
+        for (let i = 0; writing; i++) {
+          const res = await post(url(0), '/posts', tokens[18_000 + (i % 1000)].token, { body: `while d starts ${i}` })
+          if (res.status === 201) acknowledged.push(await res.text())
+          else assert.fail(`${res.status} ${await res.text()}`)
+        }
+      })()
+      let d: Server | undefined
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 500))
+        d = await startFollower('d')
+        nodes.push(d)
+      } finally {
+        await new Promise((resolve) => setTimeout(resolve, 500))
+        writing = false
+        await stream
+      }
+      assert.ok(acknowledged.length > 20, `only ${acknowledged.length} writes on the primary`)
+      // A write on d waits until d holds it, and so everything the primary committed before it.
+      const created = await post(d.url, '/posts', tokens[19_000].token, { body: 'on d' })
+      assert.equal(created.status, 201)
+      const last = acknowledged.at(-1)!
+      assert.equal(await (await fetch(`${d.url}/posts/${JSON.parse(last).post.id}`)).text(), last, 'the last write before it, on d')
+    })
+  })
+}
