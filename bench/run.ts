@@ -13,7 +13,7 @@
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus, release, totalmem } from 'node:os'
-import { basename, join } from 'node:path'
+import { basename, dirname, join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { renderChart } from './chart.ts'
 import { CACHE, cpuTicks, ensureTools, LITESTREAM, LOAD_CORE, log, memoryCgroup, nodeRelease, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startS3rver, startServer, TICK_US, treeCpuTicks, treeMemoryKb, usersGenerator, wrk, WORKDIR, type Seed, type Server } from './lib.ts'
@@ -385,6 +385,9 @@ async function main() {
     if (!LITESTREAM) throw new Error('--replicate needs Litestream 0.5.17: set LITESTREAM_BIN, or put it at ../shared/tools/litestream')
     const env = { LITESTREAM_REPLICA_URL: REPLICA_URL, LITESTREAM_BIN: LITESTREAM }
     variants.push({ ...ours, name: 'litestream', app: join(ROOT, 'dist', 'start.js'), env })
+    // With --against, that build under Litestream too: what a change costs a replicated server.
+    const against = variants.find((v) => v.name.startsWith('against'))
+    if (against) variants.push({ ...against, name: `litestream, ${against.name}`, app: join(dirname(against.app), 'start.js'), env })
     if (args['sync-wait']) variants.push({ ...ours, name: 'litestream wait', app: join(ROOT, 'dist', 'start.js'), env: { ...env, LITESTREAM_SYNC: 'wait' } })
   }
   const versions = (node: string) => sh(node, ['--input-type=module', '-e', "import { DatabaseSync } from 'node:sqlite'; console.log(`Node ${process.version}, SQLite ${new DatabaseSync(':memory:').prepare('SELECT sqlite_version() AS v').get().v}`)"])
