@@ -8,7 +8,7 @@ import { dirname, join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import { after, before, describe, test } from 'node:test'
 import { contractTests, goldenTests } from './contract.ts'
-import { claims, freePort, makeToken, ROOT, startServer, until, waitHealthy, type Server, type Token } from './helpers.ts'
+import { claims, clusterLoad, freePort, makeToken, post, ROOT, startServer, until, waitHealthy, type Server, type Token } from './helpers.ts'
 import { caughtUpWith, litefsBinary, startCluster, whyNoLiteFS, type Cluster, type LiteFSNode } from './litefs.ts'
 
 const skip = whyNoLiteFS()
@@ -20,9 +20,6 @@ const apis: Server[] = []
 const url = (i: number) => apis[i].url
 const startApi = (node: LiteFSNode) =>
   startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: node.dbPath, PORT: String(node.apiPort), JWT_SECRET: 'twelve-dollar-challenge' } })
-
-const post = (base: string, path: string, token: string, body?: unknown, signal?: AbortSignal) =>
-  fetch(base + path, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body), signal })
 
 async function expectError(res: Response, status: number, message: string) {
   assert.equal(res.status, status)
@@ -119,28 +116,9 @@ describe('a LiteFS cluster: node a primary, b and c replicas', { skip }, () => {
   describe("SIGKILL to a replica's LiteFS under load", () => {
     test('its API never answers wrongly, no acknowledged write is lost, and the node catches up after a restart', async () => {
       const [, , c] = cluster.nodes
-      const acknowledged: { id: number; text: string }[] = []
-      const wrong: string[] = []
-      let running = true
-      let n = 0
-      const writer = async (i: number) => {
-        while (running) {
-          const k = n++
-          const res = await post(url(i), '/posts', tokens[10_000 + (k % 5000)].token, { body: `under load ${k}` }, AbortSignal.timeout(5_000)).catch(() => undefined)
-          const text = await res?.text().catch(() => undefined)
-          if (!res || text === undefined) continue
-          if (res.status === 201) acknowledged.push({ id: JSON.parse(text).post.id, text })
-          else if (res.status !== 503 && !(i > 0 && res.status === 504)) wrong.push(`${res.status} ${text}`)
-        }
-      }
-      const reader = async () => {
-        while (running) {
-          const res = await fetch(`${url(2)}/posts/${1 + (n % 500_000)}`, { signal: AbortSignal.timeout(5_000) }).catch(() => undefined)
-          const text = await res?.text().catch(() => undefined)
-          if (res && text !== undefined && res.status !== 503 && !(res.status === 200 && text.startsWith('{"post":{'))) wrong.push(`${res.status} ${text}`)
-        }
-      }
-      const load = [writer(0), writer(1), writer(2), writer(2), reader(), reader()]
+      const { acknowledged, wrong, stop } = clusterLoad(url, tokens, {
+        writers: [0, 1, 2, 2], readsOn: 2, timeoutMs: 5_000, allowed: (status, node) => status === 503 || (node > 0 && status === 504),
+      })
       try {
         await new Promise((resolve) => setTimeout(resolve, 500))
         await c.kill('SIGKILL')
@@ -149,8 +127,7 @@ describe('a LiteFS cluster: node a primary, b and c replicas', { skip }, () => {
         if (health) assert.equal(health.status, 503, 'c is still up: it says the database is unavailable')
         else assert.equal(apis[2].child.signalCode, 'SIGBUS')
       } finally {
-        running = false
-        await Promise.all(load)
+        await stop()
       }
       assert.deepEqual(wrong, [])
       assert.ok(acknowledged.length > 20, `only ${acknowledged.length} writes acknowledged`)

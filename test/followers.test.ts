@@ -9,14 +9,11 @@ import { dirname, join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { startS3rver } from '../bench/lib.ts'
 import { contractTests, goldenTests } from './contract.ts'
-import { freePort, freshSeededCopy, startServer, type Server, type Token } from './helpers.ts'
+import { clusterLoad, freePort, freshSeededCopy, post, startServer, type Server, type Token } from './helpers.ts'
 import { killEverything, LITESTREAM_ENV, NO_LITESTREAM } from './replication.ts'
 
 const seed = process.env.TEST_SEED_DB ?? ''
 const tokens: Token[] = NO_LITESTREAM ? [] : JSON.parse(readFileSync(join(dirname(seed), 'tokens.json'), 'utf8'))
-
-const post = (base: string, path: string, token: string, body?: unknown, signal?: AbortSignal) =>
-  fetch(base + path, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body), signal })
 
 async function expectError(res: Response, status: number, message: string) {
   assert.equal(res.status, status)
@@ -147,35 +144,13 @@ for (const store of ['a file replica', 's3rver'] as const) {
     // started again: it restores (Litestream 0.5.17 does not resume past the primary's last snapshot)
     // and has every write acknowledged anywhere.
     test('SIGKILL to a follower under load: no wrong answer, and after its restart it has every acknowledged write', async () => {
-      const acknowledged: { id: number; text: string }[] = []
-      const wrong: string[] = []
-      let running = true
-      let n = 0
-      const writer = async (i: number) => {
-        while (running) {
-          const k = n++
-          const res = await post(url(i), '/posts', tokens[10_000 + (k % 5000)].token, { body: `under load ${k}` }, AbortSignal.timeout(10_000)).catch(() => undefined)
-          const text = await res?.text().catch(() => undefined)
-          if (!res || text === undefined) continue
-          if (res.status === 201) acknowledged.push({ id: JSON.parse(text).post.id, text })
-          else wrong.push(`${res.status} ${text}`)
-        }
-      }
-      const reader = async () => {
-        while (running) {
-          const res = await fetch(`${url(2)}/posts/${1 + (n % 500_000)}`, { signal: AbortSignal.timeout(5_000) }).catch(() => undefined)
-          const text = await res?.text().catch(() => undefined)
-          if (res && text !== undefined && !(res.status === 200 && text.startsWith('{"post":{'))) wrong.push(`${res.status} ${text}`)
-        }
-      }
-      const load = [writer(0), writer(0), writer(1), writer(2), writer(2), reader(), reader()]
+      const { acknowledged, wrong, stop } = clusterLoad(url, tokens, { writers: [0, 0, 1, 2, 2], readsOn: 2, timeoutMs: 10_000 })
       try {
         await new Promise((resolve) => setTimeout(resolve, 3_000))
         await killEverything(nodes[2].child.pid!)
       } finally {
         await new Promise((resolve) => setTimeout(resolve, 1_000))
-        running = false
-        await Promise.all(load)
+        await stop()
       }
       assert.deepEqual(wrong, [])
       assert.ok(acknowledged.length > 20, `only ${acknowledged.length} writes acknowledged`)

@@ -211,6 +211,42 @@ export async function makeToken(
 export const now = () => Math.floor(Date.now() / 1000)
 export const claims = (sub: unknown, username: unknown = `user_${sub}`) => ({ sub, username, iat: now(), exp: now() + 3600 })
 
+// A POST as a client sends it: the user's token, a JSON body when there is one.
+export const post = (base: string, path: string, token: string, body?: unknown, signal?: AbortSignal) =>
+  fetch(base + path, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body), signal })
+
+// Load on a cluster until stop(): a writer creating posts on each node of `writers`, two readers of
+// posts on node `readsOn`. Every 201 is kept; every other answer is wrong unless `allowed` excuses it
+// on that node. A request that cannot connect or times out is neither: its node may be gone.
+export function clusterLoad(url: (node: number) => string, tokens: Token[], { writers, readsOn, timeoutMs, allowed = () => false }: {
+  writers: number[]; readsOn: number; timeoutMs: number; allowed?: (status: number, node: number) => boolean
+}) {
+  const acknowledged: { id: number; text: string }[] = []
+  const wrong: string[] = []
+  let running = true
+  let n = 0
+  const writer = async (node: number) => {
+    while (running) {
+      const k = n++
+      const res = await post(url(node), '/posts', tokens[10_000 + (k % 5000)].token, { body: `under load ${k}` }, AbortSignal.timeout(timeoutMs)).catch(() => undefined)
+      const text = await res?.text().catch(() => undefined)
+      if (!res || text === undefined) continue
+      if (res.status === 201) acknowledged.push({ id: JSON.parse(text).post.id, text })
+      else if (!allowed(res.status, node)) wrong.push(`${res.status} ${text}`)
+    }
+  }
+  const reader = async () => {
+    while (running) {
+      const res = await fetch(`${url(readsOn)}/posts/${1 + (n % 500_000)}`, { signal: AbortSignal.timeout(5_000) }).catch(() => undefined)
+      const text = await res?.text().catch(() => undefined)
+      if (!res || text === undefined || (res.status === 200 && text.startsWith('{"post":{'))) continue
+      if (!allowed(res.status, readsOn)) wrong.push(`${res.status} ${text}`)
+    }
+  }
+  const load = [...writers.map(writer), reader(), reader()]
+  return { acknowledged, wrong, stop: async () => { running = false; await Promise.all(load) } }
+}
+
 // A small database of the challenge's schema, made in a moment: 50 users, 100 posts, a few likes.
 export function smallDatabase() {
   const dir = mkdtempSync(join(tmpdir(), 'feed-small-'))

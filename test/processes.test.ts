@@ -50,6 +50,21 @@ async function openConnections(port: number, count: number): Promise<Socket[]> {
   }))
 }
 
+// The first process's connections that are still open (at least 900 of them), and the new ones: 50 of
+// each still answer. The last of the new ones may wait in the kernel's queue for a helper that is
+// still starting, which can take seconds while the whole suite loads both cores (seen once: no
+// answer within 10 s).
+async function stillServe(kept: Socket[], more: Socket[]) {
+  const survivors = kept.filter((socket) => !socket.destroyed)
+  assert.ok(survivors.length >= 900, `${survivors.length} of the first process's connections still open`)
+  for (const socket of [...survivors.slice(0, 50), ...more.slice(-50)]) {
+    socket.write('GET /posts/2 HTTP/1.1\r\nHost: x\r\n\r\n')
+    const [answer] = await once(socket, 'data', { signal: AbortSignal.timeout(30_000) })
+    assert.match(String(answer), /^HTTP\/1.1 200 OK/)
+  }
+  for (const socket of [...kept, ...more]) socket.destroy()
+}
+
 describe('more connections than one process has files for', () => {
   describe('under an open-file limit of 1,024', () => {
     let server: Server
@@ -88,17 +103,7 @@ describe('more connections than one process has files for', () => {
         await until(() => server.output().includes(`process ${taking} exited (SIGKILL), and its connections with it`), 10_000, 'the first to see it')
         // With no helper after it, its socket went with it: the first listens again, on the same port.
         if (count === 1500) await until(() => server.output().split('listening on').length === 3, 10_000, 'the first to listen again')
-        const more = await openConnections(port, 1000)
-        const survivors = kept.filter((socket) => !socket.destroyed)
-        assert.ok(survivors.length >= 900, `${survivors.length} of the first process's connections still open`)
-        // The last of them may wait in the kernel's queue for a helper that is still starting, which can
-        // take seconds while the whole suite loads both cores (seen once: no answer within 10 s).
-        for (const socket of [...survivors.slice(0, 50), ...more.slice(-50)]) {
-          socket.write('GET /posts/2 HTTP/1.1\r\nHost: x\r\n\r\n')
-          const [answer] = await once(socket, 'data', { signal: AbortSignal.timeout(30_000) })
-          assert.match(String(answer), /^HTTP\/1.1 200 OK/)
-        }
-        for (const socket of [...kept, ...more]) socket.destroy()
+        await stillServe(kept, await openConnections(port, 1000))
       })
     }
 
@@ -124,15 +129,7 @@ describe('more connections than one process has files for', () => {
       }
       await until(() => server.output().split('listening on').length === 3, 10_000, 'the first to listen again')
       assert.ok(alive(first), `the first process is alive:\n${server.output()}`)
-      const more = await openConnections(port, 100)
-      const survivors = kept.filter((socket) => !socket.destroyed)
-      assert.ok(survivors.length >= 900, `${survivors.length} of the first process's connections still open`)
-      for (const socket of [...survivors.slice(0, 50), ...more.slice(-50)]) {
-        socket.write('GET /posts/2 HTTP/1.1\r\nHost: x\r\n\r\n')
-        const [answer] = await once(socket, 'data', { signal: AbortSignal.timeout(30_000) })
-        assert.match(String(answer), /^HTTP\/1.1 200 OK/)
-      }
-      for (const socket of [...kept, ...more]) socket.destroy()
+      await stillServe(kept, await openConnections(port, 100))
     })
   })
 
