@@ -2,7 +2,7 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { connect, createServer, type AddressInfo } from 'node:net'
+import { connect, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
@@ -155,13 +155,21 @@ export async function pipeliningAttacker(port: number, attack: Attack) {
   }
 }
 
-// A port nothing listens on right now.
+// A port nothing listens on right now, for a server that starts later. Below the kernel's ephemeral
+// range (32768 up): a port from there could go to any outgoing connection meanwhile, or to a server
+// listening on port 0 (CI once failed so, EADDRINUSE). Never the same one twice in a process.
+const handedOut = new Set<number>()
 export async function freePort(): Promise<number> {
-  const server = createServer().listen(0, '127.0.0.1')
-  await once(server, 'listening')
-  const { port } = server.address() as AddressInfo
-  server.close()
-  return port
+  for (;;) {
+    const port = 10_000 + Math.floor(Math.random() * 22_000)
+    if (handedOut.has(port)) continue
+    const server = createServer().listen(port, '127.0.0.1')
+    const bound = await Promise.race([once(server, 'listening').then(() => true), once(server, 'error').then(() => false)])
+    if (!bound) continue
+    server.close()
+    handedOut.add(port)
+    return port
+  }
 }
 
 export type Answer = { status?: number; headers: Record<string, string>; body: string; bodyBytes: number; raw: string }
