@@ -419,7 +419,8 @@ function databaseTrouble(error: unknown): string | undefined {
 // (its `lease.hostname` in litefs.yml). A replica serves reads from its copy and forwards each write
 // to the primary's API at `http://<.primary>`, with this node's PORT when the name has no port; it
 // answers once its own copy has reached the transaction the primary reports for that write, so a
-// client that reads right after its write, here, sees it. Without LiteFS none of this runs.
+// client that reads right after its write, here, sees it. A Litestream follower forwards its writes
+// the same way ("Litestream followers"). Without either none of this runs.
 const POSITION_FILE = `${SQLITE_PATH}-pos`
 const PRIMARY_FILE = `${dirname(SQLITE_PATH)}/.primary`
 const onLiteFS = existsSync(POSITION_FILE)
