@@ -519,11 +519,12 @@ const POLL_MS = PRIMARY_API_URL ? 10 : 1
 let lastPosition = ''
 
 function caughtUp(here: () => boolean, withinMs: number): Promise<boolean> {
+  // The position is read before the first look: a move right after that look is one the timer sees.
+  // (With a timer running, its last read came before this look.)
+  if (catchingUp.size === 0) lastPosition = position()
   if (here()) return Promise.resolve(true)
   return new Promise((resolve) => {
-    if (catchingUp.add({ here, deadline: Date.now() + withinMs, resolve }).size > 1) return
-    lastPosition = position()
-    setTimeout(pollPosition, POLL_MS)
+    if (catchingUp.add({ here, deadline: Date.now() + withinMs, resolve }).size === 1) setTimeout(pollPosition, POLL_MS)
   })
 }
 

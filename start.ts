@@ -23,12 +23,21 @@ const LITESTREAM_BIN = process.env.LITESTREAM_BIN || 'litestream'
 const LITESTREAM_MIN = [0, 5, 17]
 // How often a follower looks for new LTX files in the replica.
 const FOLLOW_INTERVAL = process.env.LITESTREAM_FOLLOW_INTERVAL || '100ms'
+// How often the primary's Litestream reads the WAL and uploads what is new (its monitor and sync
+// intervals, 1 s each by default): most of a follower's lag, and a PUT each time there was a write.
+const SYNC_INTERVAL = process.env.LITESTREAM_SYNC_INTERVAL
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const dist = (file: string) => fileURLToPath(new URL(`./${file}`, import.meta.url))
 
 if (PRIMARY_API_URL && !REPLICA_URL) {
   console.error('start: PRIMARY_API_URL makes this node a follower of a Litestream replica: set LITESTREAM_REPLICA_URL to the primary\'s')
   process.exit(1)
+}
+for (const [name, value] of [['LITESTREAM_SYNC_INTERVAL', SYNC_INTERVAL], ['LITESTREAM_FOLLOW_INTERVAL', FOLLOW_INTERVAL]]) {
+  if (value !== undefined && !/^(\d+(\.\d+)?(ms|s|m|h))+$/.test(value)) {
+    console.error(`start: ${name} is a duration such as 100ms or 1s, not ${JSON.stringify(value)}`)
+    process.exit(1)
+  }
 }
 // The binary is checked first: a start that cannot replicate stops before it restores or seeds.
 const litestreamBin = REPLICA_URL ? litestreamBinary() : undefined
@@ -73,9 +82,11 @@ function writeLitestreamConfig() {
   const { db, config, socket } = litestreamPaths()
   const endpoint = process.env.AWS_ENDPOINT_URL_S3 || process.env.AWS_ENDPOINT_URL
   const region = process.env.AWS_REGION
-  const replica = { url: REPLICA_URL, ...(endpoint && { endpoint }), ...(region && { region }) }
+  const interval = (key: string) => SYNC_INTERVAL && { [key]: SYNC_INTERVAL }
+  const replica = { url: REPLICA_URL, ...(endpoint && { endpoint }), ...(region && { region }), ...interval('sync-interval') }
   mkdirSync(dirname(db), { recursive: true })
-  writeFileSync(config, JSON.stringify({ socket: { enabled: true, path: socket }, dbs: [{ path: db, replica }] }, null, 2) + '\n')
+  const dbs = [{ path: db, ...interval('monitor-interval'), replica }]
+  writeFileSync(config, JSON.stringify({ socket: { enabled: true, path: socket }, dbs }, null, 2) + '\n')
   return config
 }
 

@@ -1,7 +1,8 @@
-// npm run bench -- --cluster [--quick]: what LiteFS costs and buys, on a 2-node cluster on this machine
-// (node a the primary, node b a replica; test/litefs.ts). Every figure counts the LiteFS process as
-// the server's: on a real box it shares the cores with the API.
+// npm run bench -- --cluster [--quick]: the two ways past one box, side by side on this machine, in one
+// run. Every CPU figure counts a node's replication process (LiteFS, Litestream) as the server's: on a
+// box it shares the cores with the API.
 //
+// LiteFS (test/litefs.ts): node a the primary, node b a replica.
 //   1. the post statement alone: CPU per query on a plain file, on the primary's mount, on the
 //      replica's, and on the primary's with 100 queries per read transaction (what the cost follows)
 //   2. replication: a commit on a until b's position shows it, idle
@@ -10,13 +11,22 @@
 //   4. one forwarded write: latency and CPU, on the replica and on the primary, against a write sent
 //      to the primary directly
 //   5. replication lag under load: likes at saturation on a; for each transaction, the time from a's
-//      position showing it to b's
+//      position showing it to b's; then at the challenge's write rate (as 9 measures it)
+// Litestream followers (start.ts, over a file replica): a primary under `litestream replicate`, a
+// follower under `litestream restore -f`, each started as `npm start` starts them.
+//   6. the post statement alone on the follower's file, its Litestream following
+//   7. the mix at saturation, 2,000 connections (a forwarded write holds its connection for about the
+//      lag): a plain file, the follower (its writes forwarded to the primary, on the other core)
+//   8. one write at a time, forwarded by the follower and sent to the primary: latency, CPU of each process
+//   9. lag: from a new post's 201 on the primary to the follower's file holding it, idle and at the
+//      challenge's write rate; 6 to 9 with Litestream's defaults (1 s), 8 and 9 again with a 100 ms sync
+//      interval and with the primary in LITESTREAM_SYNC=wait
 import { execFileSync } from 'node:child_process'
 import { copyFileSync, mkdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import { litefsBinary, startCluster, whyNoLiteFS, type LiteFSNode } from '../test/litefs.ts'
-import { CACHE, cpuTicks, LOAD_CORE, log, type Seed, SERVER_CORE, startServer, TICK_US, treeCpuTicks, wrk } from './lib.ts'
+import { CACHE, cpuTicks, LITESTREAM, LOAD_CORE, log, processTree, type Seed, type Server, SERVER_CORE, startServer, TICK_US, treeCpuTicks, wrk } from './lib.ts'
 
 const POST = `SELECT json_object('post', json_object('id', p.id, 'body', p.body, 'created_at', p.created_at,
   'author', (SELECT username FROM users AS u WHERE u.id = p.user_id),
@@ -28,51 +38,201 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 // Moves a running process, every thread of it, to these cores.
 const pin = (pid: number, cores: string) => execFileSync('taskset', ['-a', '-p', '-c', cores, String(pid)], { stdio: 'ignore' })
 
+// The challenge's writes at about its score: 73,000 users x 0.106 requests a second x 7.8% writes.
+// A like 15 times for every 2 new posts, as in the k6 loop.
+const WRITE_RATE = 600
+// wrk's connections for the mix on a follower (and on the plain file it is compared with).
+const CONNECTIONS = 2_000
+const CREATE_SHARE = 2 / 17
+
+type Run = { measureS: number; warmupS: number; tokens: string[]; seed: Seed; quick: boolean }
+type Saturation = { rps: number; cpu_us: number; others_cpu_us: number; p50_ms: number; p99_ms: number; errors: number; example: string; load_cpu: number }
+
 export async function clusterBench({ seed, quick, flags }: { seed: Seed; quick: boolean; flags: string[] }) {
   const why = whyNoLiteFS()
   if (why) throw new Error(`--cluster needs LiteFS: ${why}`)
-  const measureS = quick ? 3 : 10
-  const warmupS = quick ? 1 : 2
-  const report: Record<string, unknown> = {}
-  log('bench: starting a 2-node LiteFS cluster and importing the seed')
-  const cluster = await startCluster({ nodes: 2, seed: seed.db })
-  const [a, b] = cluster.nodes
-  const plainDir = join(CACHE, `cluster-plain-${process.pid}`)
-  mkdirSync(plainDir, { recursive: true })
-  const plain = join(plainDir, 'feed.db')
+  if (!LITESTREAM) throw new Error('--cluster needs Litestream 0.5.17: set LITESTREAM_BIN, or put it at ../shared/tools/litestream')
+  const run: Run = { measureS: quick ? 3 : 10, warmupS: quick ? 1 : 2, tokens: readFileSync(seed.tokens, 'utf8').trim().split('\n'), seed, quick }
+  const dir = join(CACHE, `cluster-${process.pid}`)
+  mkdirSync(dir, { recursive: true })
+  const plain = join(dir, 'plain.db')
   copyFileSync(seed.db, plain)
   try {
+    const litefs = await liteFSBench(run, flags, plain)
+    const litestream = await followersBench(run, flags, plain, dir)
+    summary(litefs.report, litestream.report)
+    return { report: { litefs: litefs.report, litestream: litestream.report }, errors: litefs.errors + litestream.errors }
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+}
+
+// The post statement in this process, pinned to the server core: CPU per query, and the CPU the
+// given replication process spent meanwhile.
+function statementCost(path: string, { quick, readOnly = false, pid, perTransaction = 1 }: { quick: boolean; readOnly?: boolean; pid?: number; perTransaction?: number }) {
+  if (pid) pin(pid, SERVER_CORE)
+  pin(process.pid, SERVER_CORE)
+  const queries = quick ? 5_000 : 20_000
+  const db = new DatabaseSync(path, { readOnly, timeout: 5_000 })
+  const get = db.prepare(POST)
+  for (let i = 0; i < queries / 5; i++) get.get(randomPost())
+  const cpu = process.cpuUsage()
+  const ticks = pid ? treeCpuTicks(pid) : 0
+  for (let i = 0; i < queries; i += perTransaction) {
+    if (perTransaction > 1) db.exec('BEGIN')
+    for (let j = 0; j < perTransaction; j++) get.get(randomPost())
+    if (perTransaction > 1) db.exec('COMMIT')
+  }
+  const { user, system } = process.cpuUsage(cpu)
+  const replication_us = pid ? ((treeCpuTicks(pid) - ticks) * TICK_US) / queries : 0
+  db.close()
+  pin(process.pid, LOAD_CORE)
+  return { node_us: (user + system) / queries, replication_us }
+}
+
+// wrk at saturation; CPU per request of the given processes, their trees included. With more
+// connections than wrk's 64, a request may wait its turn longer than 2 s: the timeout is 10 s then.
+async function saturate(run: Run, url: string, kind: string, pids: () => number[], connections = 64, others: () => number[] = () => []): Promise<Saturation> {
+  const options = { connections, timeoutS: connections > 64 ? 10 : 2 }
+  await wrk(url, kind, run.warmupS, run.seed.tokens, options)
+  const ticks = (of: () => number[]) => of().reduce((sum, pid) => sum + treeCpuTicks(pid), 0)
+  const before = [ticks(pids), ticks(others)]
+  const result = await wrk(url, kind, run.measureS, run.seed.tokens, options)
+  const [cpu, othersCpu] = [ticks(pids) - before[0], ticks(others) - before[1]].map((t) => t * TICK_US)
+  // A socket error here is mostly a request wrk gave up on after its timeout.
+  const example = result.bad_example || (result.socket_errors ? `${result.socket_errors} socket errors or timeouts (over ${options.timeoutS} s)` : '')
+  return { rps: result.requests / (result.duration_us / 1e6), cpu_us: cpu / result.requests, others_cpu_us: othersCpu / result.requests, p50_ms: result.p50_us / 1000, p99_ms: result.p99_us / 1000, errors: result.bad + result.socket_errors, example, load_cpu: result.loadCpu }
+}
+
+// Likes one at a time: latency, and CPU a write of each counter (CPU ticks of some processes).
+async function oneAtATime(run: Run, url: string, count: number, counters: (() => number)[]) {
+  const latencies: number[] = []
+  let notCaughtUp = 0
+  const before = counters.map((ticks) => ticks())
+  for (let i = 0; i < count; i++) {
+    const started = performance.now()
+    const res = await fetch(`${url}/posts/${randomPost()}/like`, { method: 'POST', headers: { authorization: `Bearer ${run.tokens[i % run.tokens.length]}` }, signal: AbortSignal.timeout(15_000) })
+    await res.arrayBuffer()
+    if (res.status !== 201 && res.status !== 200) throw new Error(`a like answered ${res.status}`)
+    if (res.headers.get('litestream-caught-up') === 'false' || res.headers.get('litefs-caught-up') === 'false') notCaughtUp++
+    latencies.push(performance.now() - started)
+  }
+  const cpu_us = counters.map((ticks, i) => ((ticks() - before[i]) * TICK_US) / count)
+  latencies.sort((x, y) => x - y)
+  return { count, p50_ms: at(latencies, 0.5), p99_ms: at(latencies, 0.99), max_ms: latencies.at(-1)!, cpu_us, not_caught_up: notCaughtUp }
+}
+
+// From a new post's 201 on the primary to a read of the replica's file finding it (this process reads
+// the file every 2 ms). Idle: one post at a time, at random moments against the replication's clock;
+// with `rate`, writes at that rate for `seconds` (likes and new posts, as the challenge writes), each
+// new post timed. The counters' CPU is given per second of the run.
+async function lag(run: Run, primaryUrl: string, replicaDb: string, { rate, seconds, posts }: { rate?: number; seconds?: number; posts?: number }, counters: (() => number)[] = []) {
+  const replica = new DatabaseSync(replicaDb, { readOnly: true, timeout: 5_000 })
+  const newest = replica.prepare('SELECT max(id) AS id FROM posts')
+  const seenUpTo = () => {
+    try {
+      return Number((newest.get() as { id: number }).id)
+    } catch {
+      return 0 // Litestream holding the locks past the timeout: nothing new seen
+    }
+  }
+  const lags: number[] = []
+  let errors = 0
+  let example = ''
+  let written = 0
+  const pending: { id: number; at: number }[] = []
+  let seen = seenUpTo()
+  let polling = true
+  const poller = (async () => {
+    while (polling) {
+      seen = seenUpTo()
+      const now = performance.now()
+      while (pending.length && pending[0].id <= seen) lags.push(now - pending.shift()!.at)
+      await sleep(2)
+    }
+  })()
+  const write = async (i: number, create: boolean) => {
+    const token = run.tokens[(i * 7919) % run.tokens.length]
+    const res = await fetch(create ? `${primaryUrl}/posts` : `${primaryUrl}/posts/${randomPost()}/like`, {
+      method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: create ? JSON.stringify({ body: `Lag probe ${i}` }) : undefined, signal: AbortSignal.timeout(15_000),
+    }).catch((error: Error) => ({ status: 0, text: async () => error.message }))
+    const text = await res.text()
+    if (!(res.status === 201 || (!create && res.status === 200))) {
+      errors++
+      example ||= `${res.status} ${text.slice(0, 80)}`
+      return
+    }
+    written++
+    if (!create) return
+    const id = (JSON.parse(text) as { post: { id: number } }).post.id
+    const now = performance.now()
+    if (id <= seen) return void lags.push(0) // the replica had it before its answer reached here
+    const later = pending.findIndex((p) => p.id > id) // answers may come out of order: kept by id
+    pending.splice(later === -1 ? pending.length : later, 0, { id, at: now })
+  }
+  const before = counters.map((ticks) => ticks())
+  const started = performance.now()
+  if (rate) {
+    const inFlight: Promise<void>[] = []
+    for (let i = 0; performance.now() - started < seconds! * 1000; await sleep(10)) {
+      for (const due = ((performance.now() - started) / 1000) * rate; i < due; i++) inFlight.push(write(i, Math.random() < CREATE_SHARE))
+    }
+    await Promise.all(inFlight)
+  } else {
+    for (let i = 0; i < posts!; i++) {
+      await write(i, true)
+      for (const deadline = performance.now() + 10_000; pending.length && performance.now() < deadline; ) await sleep(2)
+      await sleep(Math.random() * 1_000)
+    }
+  }
+  for (const deadline = performance.now() + 10_000; pending.length && performance.now() < deadline; ) await sleep(2)
+  const elapsedS = (performance.now() - started) / 1000
+  polling = false
+  await poller
+  replica.close()
+  const lost = pending.length // never seen within 10 s
+  lags.sort((x, y) => x - y)
+  return {
+    writes_per_s: written / elapsedS, timed: lags.length, p50_ms: at(lags, 0.5), p99_ms: at(lags, 0.99), max_ms: lags.at(-1) ?? NaN,
+    not_seen_in_10_s: lost, errors, example, cpu_per_s: counters.map((ticks, i) => ((ticks() - before[i]) * TICK_US) / 1e6 / elapsedS),
+  }
+}
+const lagText = (l: Awaited<ReturnType<typeof lag>>) =>
+  `p50 ${fmt(l.p50_ms, 1)} ms, p99 ${fmt(l.p99_ms, 1)} ms, max ${fmt(l.max_ms, 1)} ms (${fmt(l.timed)} posts)` +
+  (l.not_seen_in_10_s ? `; ${l.not_seen_in_10_s} not on the replica after 10 s` : '') + (l.errors ? `; ${l.errors} bad answers, e.g. ${l.example}` : '')
+
+// CPU ticks of a node's processes by kind: Litestream's, and the rest (Node: the API, and start.ts).
+function ticksOf(pid: number, litestream: boolean) {
+  let sum = 0
+  for (const p of processTree(pid)) {
+    try {
+      if ((readFileSync(`/proc/${p}/comm`, 'utf8').trim() === 'litestream') === litestream) sum += cpuTicks(p).total
+    } catch {} // gone meanwhile
+  }
+  return sum
+}
+
+async function liteFSBench(run: Run, flags: string[], plain: string) {
+  const { quick, measureS } = run
+  const report: Record<string, unknown> = {}
+  log('bench: starting a 2-node LiteFS cluster and importing the seed')
+  const cluster = await startCluster({ nodes: 2, seed: run.seed.db })
+  const [a, b] = cluster.nodes
+  try {
     const version = execFileSync(litefsBinary()!, ['version'], { encoding: 'utf8' }).split(',')[0]
-    console.log(`cluster: ${version}, 2 nodes; the measured node's API and LiteFS on core ${SERVER_CORE}, wrk and the other node on core ${LOAD_CORE}`)
+    console.log(`LiteFS: ${version}, 2 nodes; the measured node's API and LiteFS on core ${SERVER_CORE}, wrk and the other node on core ${LOAD_CORE}`)
 
     // 1. The statement alone, in this process on the server core.
-    pin(process.pid, SERVER_CORE)
-    const queries = quick ? 5_000 : 20_000
-    const statement = (path: string, node: LiteFSNode | undefined, perTransaction = 1) => {
-      if (node) pin(node.pid(), SERVER_CORE)
-      const db = new DatabaseSync(path, { readOnly: !!node && node !== a })
-      const get = db.prepare(POST)
-      for (let i = 0; i < queries / 5; i++) get.get(randomPost())
-      const cpu = process.cpuUsage()
-      const ticks = node ? cpuTicks(node.pid()).total : 0
-      for (let i = 0; i < queries; i += perTransaction) {
-        if (perTransaction > 1) db.exec('BEGIN')
-        for (let j = 0; j < perTransaction; j++) get.get(randomPost())
-        if (perTransaction > 1) db.exec('COMMIT')
-      }
-      const { user, system } = process.cpuUsage(cpu)
-      db.close()
-      return { node_us: (user + system) / queries, litefs_us: node ? ((cpuTicks(node.pid()).total - ticks) * TICK_US) / queries : 0 }
-    }
     const statements = {
-      plain: statement(plain, undefined),
-      primary: statement(a.dbPath, a),
-      replica: statement(b.dbPath, b),
-      'primary, 100 per read transaction': statement(a.dbPath, a, 100),
+      plain: statementCost(plain, { quick }),
+      primary: statementCost(a.dbPath, { quick, pid: a.pid() }),
+      replica: statementCost(b.dbPath, { quick, readOnly: true, pid: b.pid() }),
+      'primary, 100 per read transaction': statementCost(a.dbPath, { quick, pid: a.pid(), perTransaction: 100 }),
     }
     report.statement = statements
     console.log('\n1. the post statement alone, CPU per query (us)')
-    for (const [name, s] of Object.entries(statements)) console.log(`   ${name.padEnd(36)} node ${fmt(s.node_us, 1).padStart(6)}  litefs ${fmt(s.litefs_us, 1).padStart(6)}  total ${fmt(s.node_us + s.litefs_us, 1).padStart(6)}`)
+    for (const [name, s] of Object.entries(statements)) console.log(`   ${name.padEnd(36)} node ${fmt(s.node_us, 1).padStart(6)}  litefs ${fmt(s.replication_us, 1).padStart(6)}  total ${fmt(s.node_us + s.replication_us, 1).padStart(6)}`)
 
     // 2. Replication, idle: one row a commit, on a's mount, until b's position has it.
     pin(process.pid, LOAD_CORE)
@@ -93,66 +253,35 @@ export async function clusterBench({ seed, quick, flags }: { seed: Seed; quick: 
     console.log(`\n2. replication a -> b, idle: p50 ${fmt(at(lags, 0.5), 2)} ms, p90 ${fmt(at(lags, 0.9), 2)} ms, p99 ${fmt(at(lags, 0.99), 2)} ms (${lags.length} commits)`)
 
     // 3. The mix at saturation. The measured node's API and LiteFS on the server core.
-    const api = (path: string, cores = SERVER_CORE) =>
-      startServer(join(import.meta.dirname, '..', 'dist', 'app.js'), { flags, env: { SQLITE_PATH: path } }).then((server) => (pin(server.pid, cores), server))
-    const saturate = async (url: string, kind: string, pids: () => number[]) => {
-      await wrk(url, kind, warmupS, seed.tokens)
-      const before = pids().reduce((sum, pid) => sum + treeCpuTicks(pid), 0)
-      const result = await wrk(url, kind, measureS, seed.tokens)
-      const cpu = (pids().reduce((sum, pid) => sum + treeCpuTicks(pid), 0) - before) * TICK_US
-      // A socket error here is mostly a request wrk gave up on after its 2 s timeout.
-      const example = result.bad_example || (result.socket_errors ? `${result.socket_errors} socket errors or timeouts (over 2 s)` : '')
-      return { rps: result.requests / (result.duration_us / 1e6), cpu_us: cpu / result.requests, p50_ms: result.p50_us / 1000, p99_ms: result.p99_us / 1000, errors: result.bad + result.socket_errors, example }
-    }
-    const mix: Record<string, Awaited<ReturnType<typeof saturate>>> = {}
+    const app = join(import.meta.dirname, '..', 'dist', 'app.js')
+    const mix: Record<string, Saturation> = {}
     // The API's port must be the one the lease names for the replica's writes to reach it.
     const apiOn = (node: LiteFSNode, cores: string) =>
-      startServer(join(import.meta.dirname, '..', 'dist', 'app.js'), { flags, env: { SQLITE_PATH: node.dbPath, PORT: String(node.apiPort) } }).then((server) => (pin(server.pid, cores), server))
+      startServer(app, { flags, env: { SQLITE_PATH: node.dbPath, PORT: String(node.apiPort) } }).then((server) => (pin(server.pid, cores), server))
 
-    let server = await api(plain)
-    mix['plain file'] = await saturate(server.url, 'mix', () => [server.pid])
+    const server = await startServer(app, { flags, env: { SQLITE_PATH: plain } })
+    mix['plain file'] = await saturate(run, server.url, 'mix', () => [server.pid])
     await server.stop()
     pin(a.pid(), SERVER_CORE)
     pin(b.pid(), LOAD_CORE)
     const primaryApi = await apiOn(a, SERVER_CORE)
-    mix['LiteFS primary'] = await saturate(primaryApi.url, 'mix', () => [primaryApi.pid, a.pid()])
+    mix['LiteFS primary'] = await saturate(run, primaryApi.url, 'mix', () => [primaryApi.pid, a.pid()])
     pin(primaryApi.pid, LOAD_CORE)
     pin(a.pid(), LOAD_CORE)
     pin(b.pid(), SERVER_CORE)
     const replicaApi = await apiOn(b, SERVER_CORE)
-    mix['LiteFS replica'] = await saturate(replicaApi.url, 'mix', () => [replicaApi.pid, b.pid()])
+    mix['LiteFS replica'] = await saturate(run, replicaApi.url, 'mix', () => [replicaApi.pid, b.pid()])
     report.mix = mix
-    console.log('\n3. the mix at saturation (CPU per request counts the node\'s LiteFS process)')
-    console.log(`   ${'where'.padEnd(16)} ${'req/s'.padStart(7)} ${'CPU us/req'.padStart(11)} ${'x plain'.padStart(8)} ${'p50 ms'.padStart(7)} ${'p99 ms'.padStart(7)} errors`)
-    for (const [name, r] of Object.entries(mix)) {
-      console.log(`   ${name.padEnd(16)} ${fmt(r.rps).padStart(7)} ${fmt(r.cpu_us, 1).padStart(11)} ${fmt(r.cpu_us / mix['plain file'].cpu_us, 2).padStart(8)} ${fmt(r.p50_ms, 2).padStart(7)} ${fmt(r.p99_ms, 2).padStart(7)} ${r.errors}${r.example ? ` e.g. ${r.example}` : ''}`)
-    }
+    console.log('\n3. the mix at saturation, 64 connections (CPU per request counts the node\'s LiteFS process)')
+    printMix(mix)
 
     // 4. One write at a time: a like sent to the replica (forwarded) and one sent to the primary.
-    const tokens = readFileSync(seed.tokens, 'utf8').trim().split('\n')
-    const oneAtATime = async (url: string, pids: () => number[]) => {
-      const count = quick ? 200 : 1_000
-      const latencies: number[] = []
-      const before = pids().map((pid) => treeCpuTicks(pid))
-      for (let i = 0; i < count; i++) {
-        const started = performance.now()
-        const res = await fetch(`${url}/posts/${randomPost()}/like`, { method: 'POST', headers: { authorization: `Bearer ${tokens[i % tokens.length]}` } })
-        await res.arrayBuffer()
-        if (res.status !== 201 && res.status !== 200) throw new Error(`a like answered ${res.status}`)
-        latencies.push(performance.now() - started)
-      }
-      const cpu = pids().map((pid, i) => ((treeCpuTicks(pid) - before[i]) * TICK_US) / count)
-      latencies.sort((x, y) => x - y)
-      return { p50_ms: at(latencies, 0.5), p99_ms: at(latencies, 0.99), cpu_us: cpu }
-    }
-    const pids = () => [replicaApi.pid, b.pid(), primaryApi.pid, a.pid()]
-    const forwarded = await oneAtATime(replicaApi.url, pids)
-    const direct = await oneAtATime(primaryApi.url, pids)
+    const counters = [replicaApi.pid, b.pid(), primaryApi.pid, a.pid()].map((pid) => () => treeCpuTicks(pid))
+    const forwarded = await oneAtATime(run, replicaApi.url, quick ? 200 : 1_000, counters)
+    const direct = await oneAtATime(run, primaryApi.url, quick ? 200 : 1_000, counters)
     report.write = { forwarded, direct }
     console.log('\n4. one like at a time (CPU us per write: replica API, replica LiteFS, primary API, primary LiteFS)')
-    for (const [name, r] of Object.entries({ 'to the replica': forwarded, 'to the primary': direct })) {
-      console.log(`   ${name.padEnd(16)} p50 ${fmt(r.p50_ms, 2)} ms, p99 ${fmt(r.p99_ms, 2)} ms; CPU ${r.cpu_us.map((x) => fmt(x)).join(' + ')} = ${fmt(r.cpu_us.reduce((x, y) => x + y))} us`)
-    }
+    for (const [name, r] of Object.entries({ 'to the replica': forwarded, 'to the primary': direct })) console.log(`   ${name.padEnd(16)} ${writeText(r)}`)
     await replicaApi.stop()
 
     // 5. Replication lag under load: likes at saturation on the primary; this process samples both
@@ -174,7 +303,7 @@ export async function clusterBench({ seed, quick, flags }: { seed: Seed; quick: 
         await sleep(1)
       }
     })()
-    const likes = await saturate(primaryApi.url, 'like', () => [primaryApi.pid, a.pid()])
+    const likes = await saturate(run, primaryApi.url, 'like', () => [primaryApi.pid, a.pid()])
     sampling = false
     await sampler
     behind.sort((x, y) => x - y)
@@ -182,11 +311,135 @@ export async function clusterBench({ seed, quick, flags }: { seed: Seed; quick: 
     console.log(`\n5. replication lag with likes at saturation on the primary (${fmt(likes.rps)} likes/s, ${fmt(behind.length)} transactions seen): ` +
       `p50 ${fmt(at(behind, 0.5), 1)} ms, p99 ${fmt(at(behind, 0.99), 1)} ms, max ${fmt(behind.at(-1) ?? NaN, 1)} ms (sampled every ~1 ms)` +
       (likes.errors ? `; ${likes.errors} bad responses, e.g. ${likes.example}` : ''))
+    const atRate = await lag(run, primaryApi.url, b.dbPath, { rate: WRITE_RATE, seconds: quick ? 5 : 20 })
+    report.lag_at_write_rate = atRate
+    console.log(`   at the challenge's write rate (${fmt(atRate.writes_per_s)} writes/s), from a post's 201 to b's file: ${lagText(atRate)}`)
     await primaryApi.stop()
-    const errors = Object.values(mix).reduce((sum, r) => sum + r.errors, 0) + likes.errors
+    const errors = Object.values(mix).reduce((sum, r) => sum + r.errors, 0) + likes.errors + atRate.errors + atRate.not_seen_in_10_s
     return { report, errors }
   } finally {
     await cluster.stop()
-    rmSync(plainDir, { recursive: true, force: true })
+  }
+}
+
+function printMix(mix: Record<string, Saturation>) {
+  const base = Object.values(mix)[0].cpu_us
+  console.log(`   ${'where'.padEnd(20)} ${'req/s'.padStart(7)} ${'CPU us/req'.padStart(11)} ${'x plain'.padStart(8)} ${'p50 ms'.padStart(7)} ${'p99 ms'.padStart(7)} ${'wrk CPU'.padStart(8)} errors`)
+  for (const [name, r] of Object.entries(mix)) {
+    console.log(`   ${name.padEnd(20)} ${fmt(r.rps).padStart(7)} ${fmt(r.cpu_us, 1).padStart(11)} ${fmt(r.cpu_us / base, 2).padStart(8)} ${fmt(r.p50_ms, 2).padStart(7)} ${fmt(r.p99_ms, 2).padStart(7)} ${`${fmt(r.load_cpu * 100)}%`.padStart(8)} ${r.errors}${r.example ? ` e.g. ${r.example}` : ''}`)
+  }
+}
+
+const writeText = (r: Awaited<ReturnType<typeof oneAtATime>>) =>
+  `p50 ${fmt(r.p50_ms, 2)} ms, p99 ${fmt(r.p99_ms, 2)} ms (${r.count}); CPU ${r.cpu_us.map((x) => fmt(x)).join(' + ')} = ${fmt(r.cpu_us.reduce((x, y) => x + y))} us` +
+  (r.not_caught_up ? `; ${r.not_caught_up} answered before the replica had them` : '')
+
+// Litestream's settings measured: its defaults, a shorter interval, and a primary that answers a write
+// once the replica holds it. 6 and 7 run with the defaults only.
+const SYNC_SETTINGS: { name: string; env: Record<string, string> }[] = [
+  { name: 'defaults (1 s)', env: {} },
+  { name: 'LITESTREAM_SYNC_INTERVAL=100ms', env: { LITESTREAM_SYNC_INTERVAL: '100ms' } },
+  { name: 'LITESTREAM_SYNC=wait', env: { LITESTREAM_SYNC: 'wait' } },
+]
+
+async function followersBench(run: Run, flags: string[], plain: string, dir: string) {
+  const { quick } = run
+  const report: Record<string, unknown> = { settings: {} }
+  const start = join(import.meta.dirname, '..', 'dist', 'start.js')
+  const version = execFileSync(LITESTREAM!, ['version'], { encoding: 'utf8' }).trim()
+  console.log(`\nLitestream followers: ${version}, a file replica; the follower (its API and Litestream) on core ${SERVER_CORE}, wrk and the primary on core ${LOAD_CORE}`)
+  let errors = 0
+  for (const [n, setting] of SYNC_SETTINGS.entries()) {
+    const replicaUrl = `file://${join(dir, `replica-${n}`)}`
+    const env = { LITESTREAM_BIN: LITESTREAM!, LITESTREAM_REPLICA_URL: replicaUrl }
+    const started: Server[] = []
+    try {
+      log(`bench: Litestream, ${setting.name}: a primary, its first snapshot, then a follower restoring it`)
+      const primary = await within(startServer(start, { flags, seed: run.seed, cores: LOAD_CORE, workdir: join(dir, `primary-${n}`), env: { ...env, ...setting.env } }), 60_000, 'the primary')
+      started.push(primary)
+      // Its first snapshot, and with the defaults its first level-1 compaction, which rereads the whole
+      // snapshot 30 s after a start: neither weighs on a box that runs, so neither is measured.
+      await until(() => (n === 0 && !quick ? /snapshot complete[^]*compaction complete.*level=1/ : /snapshot complete/).test(primary.stdout()), 90_000, 'the primary\'s first snapshot')
+      const followerDir = join(dir, `follower-${n}`)
+      const follower = await within(startServer(start, { flags, workdir: followerDir, env: { ...env, PRIMARY_API_URL: primary.url } }), 120_000, 'the follower')
+      started.push(follower)
+      const followerDb = join(followerDir, 'feed.db')
+      const litestreamOf = (server: Server) => () => ticksOf(server.pid, true)
+      const apiOf = (server: Server) => () => ticksOf(server.pid, false)
+      const result: Record<string, unknown> = {}
+      console.log(`\n  ${setting.name}`)
+
+      if (n === 0) {
+        // 6. The statement alone on the follower's file, and on a plain copy, in this process.
+        const statements = { plain: statementCost(plain, { quick }), follower: statementCost(followerDb, { quick, readOnly: true, pid: follower.pid }) }
+        result.statement = statements
+        console.log('  6. the post statement alone, CPU per query (us)')
+        for (const [name, s] of Object.entries(statements)) console.log(`     ${name.padEnd(10)} node ${fmt(s.node_us, 1).padStart(6)}  litestream ${fmt(s.replication_us, 1).padStart(6)}  total ${fmt(s.node_us + s.replication_us, 1).padStart(6)}`)
+
+        // 7. The mix: a plain file, then the follower; 2,000 connections each, so that the writes
+        // waiting a second or two for the follower to have them leave enough connections to saturate it.
+        const mix: Record<string, Saturation> = {}
+        const server = await startServer(join(import.meta.dirname, '..', 'dist', 'app.js'), { flags, env: { SQLITE_PATH: plain } })
+        mix['plain file'] = await saturate(run, server.url, 'mix', () => [server.pid], CONNECTIONS)
+        await server.stop()
+        mix['follower'] = await saturate(run, follower.url, 'mix', () => [follower.pid], CONNECTIONS, () => [primary.pid])
+        result.mix = mix
+        const primaryUs = mix['follower'].others_cpu_us
+        console.log(`  7. the mix at saturation, ${fmt(CONNECTIONS)} connections (CPU per request counts the follower's Litestream)`)
+        printMix(mix)
+        console.log(`     the primary (its API and Litestream), taking the follower's writes: ${fmt(primaryUs, 1)} us a follower request`)
+        errors += Object.values(mix).reduce((sum, r) => sum + r.errors, 0)
+      }
+
+      // 8. One like at a time, forwarded by the follower, then sent to the primary.
+      const counters = [apiOf(follower), litestreamOf(follower), apiOf(primary), litestreamOf(primary)]
+      const count = n === 0 ? (quick ? 10 : 40) : quick ? 20 : 100
+      const forwarded = await oneAtATime(run, follower.url, count, counters)
+      const direct = await oneAtATime(run, primary.url, count, counters)
+      result.write = { forwarded, direct }
+      console.log('  8. one like at a time (CPU us per write: follower API, follower Litestream, primary API, primary Litestream)')
+      for (const [name, r] of Object.entries({ 'to the follower': forwarded, 'to the primary': direct })) console.log(`     ${name.padEnd(16)} ${writeText(r)}`)
+
+      // 9. Lag, idle and at the challenge's write rate, with the CPU each Litestream spends at it.
+      const idle = await lag(run, primary.url, followerDb, { posts: quick ? 5 : 20 })
+      const atRate = await lag(run, primary.url, followerDb, { rate: WRITE_RATE, seconds: quick ? 5 : 20 }, [litestreamOf(primary), litestreamOf(follower), apiOf(follower)])
+      result.lag_idle = idle
+      result.lag_at_write_rate = atRate
+      console.log(`  9. from a post's 201 on the primary to the follower's file: idle ${lagText(idle)}`)
+      console.log(`     at the challenge's write rate (${fmt(atRate.writes_per_s)} writes/s): ${lagText(atRate)}; ` +
+        `CPU: the primary's Litestream ${fmt(atRate.cpu_per_s[0] * 100, 1)}% of a core, the follower's ${fmt(atRate.cpu_per_s[1] * 100, 1)}%, the follower's Node ${fmt(atRate.cpu_per_s[2] * 100, 1)}%`)
+      errors += idle.errors + idle.not_seen_in_10_s + atRate.errors + atRate.not_seen_in_10_s
+      ;(report.settings as Record<string, unknown>)[setting.name] = result
+    } finally {
+      for (const server of started.reverse()) await server.stop().catch(() => {})
+    }
+  }
+  return { report, errors }
+}
+
+// Both engines' figures to choose by, from this run.
+function summary(litefs: Record<string, any>, litestream: Record<string, any>) {
+  const [defaults, fast, wait] = SYNC_SETTINGS.map((s) => litestream.settings[s.name])
+  const ratio = (x: Saturation, base: Saturation) => `${fmt(x.cpu_us / base.cpu_us, 2)} x`
+  const stmt = (s: { node_us: number; replication_us: number }, base: { node_us: number }) => `${fmt((s.node_us + s.replication_us) / base.node_us, 2)} x`
+  const write = (w: { p50_ms: number; p99_ms: number; cpu_us: number[] }) => `${fmt(w.p50_ms, 1)} / ${fmt(w.p99_ms, 1)} ms, ${fmt(w.cpu_us.reduce((x, y) => x + y))} us`
+  const lagOf = (l: { p50_ms: number; p99_ms: number }) => `${fmt(l.p50_ms, 1)} / ${fmt(l.p99_ms, 1)} ms`
+  const rows: [string, string, string][] = [
+    ['post statement, CPU x plain', stmt(litefs.statement.replica, litefs.statement.plain), stmt(defaults.statement.follower, defaults.statement.plain)],
+    ['the mix, CPU a request x plain', ratio(litefs.mix['LiteFS replica'], litefs.mix['plain file']), ratio(defaults.mix.follower, defaults.mix['plain file'])],
+    ['a forwarded like, p50 / p99, CPU in all', write(litefs.write.forwarded), `${write(defaults.write.forwarded)}; 100 ms: ${write(fast.write.forwarded)}; wait: ${write(wait.write.forwarded)}`],
+    ['lag idle, p50 / p99', `${fmt(litefs.replication_idle_ms.p50, 1)} / ${fmt(litefs.replication_idle_ms.p99, 1)} ms`, `${lagOf(defaults.lag_idle)}; 100 ms: ${lagOf(fast.lag_idle)}; wait: ${lagOf(wait.lag_idle)}`],
+    [`lag at ${WRITE_RATE} writes/s, p50 / p99`, lagOf(litefs.lag_at_write_rate), `${lagOf(defaults.lag_at_write_rate)}; 100 ms: ${lagOf(fast.lag_at_write_rate)}; wait: ${lagOf(wait.lag_at_write_rate)}`],
+  ]
+  console.log('\nside by side: a LiteFS replica, a Litestream follower (with Litestream\'s defaults, then the other settings)')
+  for (const [name, a, b] of rows) console.log(`   ${name.padEnd(40)} ${a.padEnd(24)} ${b}`)
+}
+
+const within = <T>(promise: Promise<T>, ms: number, what: string) =>
+  Promise.race([promise, sleep(ms).then(() => Promise.reject(new Error(`${what}: not started within ${ms / 1000} s`)))])
+
+async function until(condition: () => boolean, ms: number, what: string) {
+  for (const deadline = performance.now() + ms; !condition(); await sleep(100)) {
+    if (performance.now() > deadline) throw new Error(`${what}: not within ${ms / 1000} s`)
   }
 }

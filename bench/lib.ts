@@ -228,9 +228,10 @@ export type WrkResult = {
   p50_us: number; p90_us: number; p99_us: number; max_us: number; loadCpu: number
 }
 
-// wrk on the load core; its own CPU is sampled so a run it could not saturate is called out.
-export async function wrk(url: string, kind: string, seconds: number, tokens: string): Promise<WrkResult> {
-  const child = spawn('taskset', ['-c', LOAD_CORE, 'wrk', '-t1', '-c64', `-d${seconds}s`, '-s', join(ROOT, 'bench', 'wrk.lua'), url, '--', kind, tokens], {
+// wrk on the load core; its own CPU is sampled so a run it could not saturate is called out. A request
+// unanswered after timeoutS counts as an error.
+export async function wrk(url: string, kind: string, seconds: number, tokens: string, { connections = 64, timeoutS = 2 } = {}): Promise<WrkResult> {
+  const child = spawn('taskset', ['-c', LOAD_CORE, 'wrk', '-t1', `-c${connections}`, `--timeout`, `${timeoutS}s`, `-d${seconds}s`, '-s', join(ROOT, 'bench', 'wrk.lua'), url, '--', kind, tokens], {
     stdio: ['ignore', 'pipe', 'inherit'],
   })
   let output = ''

@@ -22,8 +22,11 @@ async function expectError(res: Response, status: number, message: string) {
 
 for (const store of ['a file replica', 's3rver'] as const) {
   const everything = store === 'a file replica'
+  // Over the file, the primary's Litestream syncs every 100 ms (LITESTREAM_SYNC_INTERVAL); over s3rver,
+  // at its defaults (1 s).
+  const interval = everything ? '100ms' : undefined
   // A deadline for the whole, which takes about a minute here: no wait below outlives it.
-  describe(`Litestream followers over ${store}: node a the primary, b and c following it`, { skip: NO_LITESTREAM, timeout: 300_000 }, () => {
+  describe(`Litestream followers over ${store}${interval ? `, syncing every ${interval}` : ''}: node a the primary, b and c following it`, { skip: NO_LITESTREAM, timeout: 300_000 }, () => {
     const dir = mkdtempSync(join(tmpdir(), 'followers-'))
     const primaryDb = freshSeededCopy()
     let replica: { url: string; env: Record<string, string>; stop?: () => Promise<void> }
@@ -32,7 +35,7 @@ for (const store of ['a file replica', 's3rver'] as const) {
     const url = (i: number) => nodes[i].url
 
     const startPrimary = () => startServer(process.execPath, ['dist/start.js'], {
-      env: { ...LITESTREAM_ENV, ...replica.env, SQLITE_PATH: primaryDb.path, PORT: String(primaryPort), LITESTREAM_REPLICA_URL: replica.url },
+      env: { ...LITESTREAM_ENV, ...replica.env, SQLITE_PATH: primaryDb.path, PORT: String(primaryPort), LITESTREAM_REPLICA_URL: replica.url, ...(interval && { LITESTREAM_SYNC_INTERVAL: interval }) },
     })
     const startFollower = (name: string) => startServer(process.execPath, ['dist/start.js'], {
       env: { ...LITESTREAM_ENV, ...replica.env, SQLITE_PATH: join(dir, name, 'feed.db'), LITESTREAM_REPLICA_URL: replica.url, PRIMARY_API_URL: `http://127.0.0.1:${primaryPort}` },
@@ -100,7 +103,7 @@ for (const store of ['a file replica', 's3rver'] as const) {
           if (read.status === 200 && (await read.text()) === text) found++
         }
       }
-      // Many at once: each waits for the primary's next sync (about a second), so they share them.
+      // Many at once: each waits for the primary's next sync (a second or a tenth of one), so they share them.
       await Promise.all(Array.from({ length: 100 }, worker))
       assert.equal(found, creates)
     })

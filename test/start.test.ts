@@ -83,6 +83,22 @@ describe('npm start with LITESTREAM_REPLICA_URL', () => {
         dbs: [{ path: run.box.path, replica: { url: `file://${join(run.box.dir, 'replica')}`, endpoint: 'http://127.0.0.1:9', region: 'auto' } }],
       })
     })
+
+    test('LITESTREAM_SYNC_INTERVAL sets how often Litestream reads the WAL and how often it uploads', () => {
+      const run = start({ LITESTREAM_BIN: fakeLitestream('v0.5.17'), LITESTREAM_SYNC_INTERVAL: '100ms' })
+      assert.equal(run.status, 0, run.output)
+      const [db] = JSON.parse(readFileSync(join(run.box.dir, '.feed.db-litestream.yml'), 'utf8')).dbs
+      assert.equal(db['monitor-interval'], '100ms')
+      assert.equal(db.replica['sync-interval'], '100ms')
+    })
+
+    test('an interval that is not a duration stops the start before Litestream runs', () => {
+      for (const [name, value] of [['LITESTREAM_SYNC_INTERVAL', '100'], ['LITESTREAM_FOLLOW_INTERVAL', 'fast']]) {
+        const run = start({ LITESTREAM_BIN: fakeLitestream('v0.5.17'), [name]: value })
+        assert.equal(run.status, 1, run.output)
+        assert.equal(run.output.trim(), `start: ${name} is a duration such as 100ms or 1s, not "${value}"`)
+      }
+    })
   })
 
   describe('under the real Litestream 0.5', { skip: NO_LITESTREAM }, () => {
