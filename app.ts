@@ -39,7 +39,7 @@ const REPLICA_WAIT_MS = Number(process.env.REPLICA_WAIT_MS || 5_000)
 // says so (Litestream sends every second or two).
 const REPLICA_LAG_MS = Number(process.env.REPLICA_LAG_MS || 10_000)
 // A Litestream follower (start.ts, with LITESTREAM_REPLICA_URL): the primary's API, where this node
-// forwards every write ("Litestream followers").
+// forwards every write ("Read replicas").
 const PRIMARY_API_URL = process.env.PRIMARY_API_URL?.replace(/\/+$/, '')
 const MAX_BODY_BYTES = 16 * 1024
 const MAX_BODY_CHARS = 500
@@ -78,7 +78,7 @@ function openDatabase() {
   const db = new DatabaseSync(SQLITE_PATH, { timeout: 0, readOnly: Boolean(PRIMARY_API_URL) })
   try {
     // Stored in the file: readers never wait for the writer. Set only where it is not, since setting it
-    // is a write, and a replica's file (LiteFS, Litestream) is the primary's to write.
+    // is a write, and a follower's file is Litestream's to write.
     if (!PRIMARY_API_URL && (db.prepare('PRAGMA journal_mode').get() as { journal_mode: string }).journal_mode !== 'wal') db.exec('PRAGMA journal_mode = WAL')
     db.exec(`
       PRAGMA synchronous = NORMAL;  -- a commit survives a process crash without an fsync of its own
@@ -109,7 +109,7 @@ function openDatabase() {
       likeExists: db.prepare('SELECT 1 FROM likes WHERE user_id = ? AND post_id = ?'),
       // Reads a page of the file, where SELECT 1 would not touch it.
       ping: db.prepare('SELECT count(*) FROM sqlite_schema'),
-      // Reads wait for another process's locks up to BUSY_TIMEOUT_MS (a LiteFS replica applying a
+      // Reads wait for another process's locks up to BUSY_TIMEOUT_MS (a follower's Litestream applying a
       // transaction holds them a moment). Taking the write lock never waits: a write that finds it
       // taken is retried on a timer (commitBatch), so the event loop never sleeps in SQLite's busy handler.
       noWait: db.prepare('PRAGMA busy_timeout = 0'),
@@ -126,7 +126,7 @@ function openDatabase() {
       insertLike: db.prepare('INSERT OR IGNORE INTO likes (user_id, post_id) SELECT ?, id FROM posts WHERE id = ?'),
       // Writes page 1 (the header's user_version, to the value it has): under Litestream each commit does,
       // so each LTX file carries page 1, and a follower's Litestream, applying it, changes the header's
-      // counter by which its readers know their cached pages are stale ("Litestream followers").
+      // counter by which its readers know their cached pages are stale ("Read replicas").
       touchHeader: db.prepare(`PRAGMA user_version = ${(db.prepare('PRAGMA user_version').get() as { user_version: number }).user_version}`),
     }
     statements.wait.run()
@@ -177,7 +177,7 @@ const TROUBLE = new Map([
   [10, 'database disk I/O error'],
   [13, 'database or disk is full'],
   [SQLITE_CANTOPEN, 'database file cannot be opened'],
-  [15, 'database is unavailable'], // the WAL index's locks cannot be had: its file system is gone (LiteFS)
+  [15, 'database is unavailable'], // the WAL index's locks cannot be had: its file system is gone
 ])
 const startedAt = Date.now()
 
@@ -226,7 +226,7 @@ app.get('/posts/:id', (c) => {
   return jsonResponse(200, row.json)
 })
 
-app.post('/posts', limitBody, forwardOnReplica, async (c) => {
+app.post('/posts', limitBody, forwardOnFollower, async (c) => {
   const user = await authenticate(c)
   const body = await readPostBody(c)
   const [{ json }] = (await rejectUnknownUser(inTransaction((w) => w.insertPost.all({ userId: user.id, body, author: user.username })))) as JsonRow[]
@@ -234,7 +234,7 @@ app.post('/posts', limitBody, forwardOnReplica, async (c) => {
   return jsonResponse(201, json)
 })
 
-app.post('/posts/:id/like', forwardOnReplica, async (c) => {
+app.post('/posts/:id/like', forwardOnFollower, async (c) => {
   const user = await authenticate(c)
   const postId = parsePostId(c.req.param('id'))
   const { changes } = await rejectUnknownUser(inTransaction((w) => w.insertLike.run(user.id, postId)))
@@ -380,7 +380,6 @@ function commitBatch(batch: PendingWrite[], deadline: number, retryMs: number) {
     if (w.db.isTransaction) w.rollback.run()
     return failBatch(batch, error)
   }
-  commits++
   batch.forEach(({ resolve, reject }, i) => (outcomes[i].ok ? resolve : reject)(outcomes[i].value))
 }
 
@@ -412,66 +411,37 @@ function databaseTrouble(error: unknown): string | undefined {
   return code === undefined ? undefined : TROUBLE.get(code & 0xff)
 }
 
-// --- LiteFS read replicas --------------------------------------------------------------------------
-// On a LiteFS mount (https://fly.io/docs/litefs/) every node holds a copy of the database and one, the
-// primary, takes the writes. LiteFS puts two files beside the database: `<db>-pos`, this copy's
-// position (a hex TXID, a slash, a checksum), and on a replica `.primary`, the name the primary goes by
-// (its `lease.hostname` in litefs.yml). A replica serves reads from its copy and forwards each write
-// to the primary's API at `http://<.primary>`, with this node's PORT when the name has no port; it
-// answers once its own copy has reached the transaction the primary reports for that write, so a
-// client that reads right after its write, here, sees it. A Litestream follower forwards its writes
-// the same way ("Litestream followers"). Without either none of this runs.
-const POSITION_FILE = `${SQLITE_PATH}-pos`
-const PRIMARY_FILE = `${dirname(SQLITE_PATH)}/.primary`
-const onLiteFS = existsSync(POSITION_FILE)
-// The primary's position after a write's commit, as 16 hex digits: compared as strings, in order.
-const TXID_HEADER = 'litefs-txid'
-// Replication takes milliseconds; a replica further behind than this answers anyway (see below).
-const CATCH_UP_MS = 2_000
+// --- Read replicas: Litestream followers ---------------------------------------------------------
+// A follower (npm start with LITESTREAM_REPLICA_URL and PRIMARY_API_URL) serves reads from a plain local
+// file that `litestream restore -f` keeps: it applies each LTX file the primary's Litestream uploads,
+// about a second after the commit, under SQLite's own locks (a read sees a transaction whole or not at
+// all), and writes the TXID it reached to `<db>-txid`. The file stays in rollback-journal mode and is
+// only read here. Each write goes to the primary's API; its answer goes back once this copy holds the
+// row it wrote, so a read after a write here sees it. The row, not a TXID: the primary's Litestream
+// numbers a transaction only when it next syncs, after the answer has gone. On the primary, and on a
+// server without PRIMARY_API_URL, none of this runs.
+const FOLLOWED_FILE = `${SQLITE_PATH}-txid`
+// A follower is a sync interval or two (1 s each by default) and a follow interval (100 ms) behind; past
+// this it answers anyway.
+const FOLLOW_CATCH_UP_MS = 5_000
 // Past the primary's own wait for the write lock, it is not coming back: the write's fate is unknown.
 const FORWARD_TIMEOUT_MS = BUSY_TIMEOUT_MS + 5_000
+// How often the waiting writes look at `<db>-txid`.
+const POLL_MS = 10
 
-// LiteFS shows a replica its database read-only, connected to the primary or not.
-function isReplica(): boolean {
-  try {
-    return !(statSync(SQLITE_PATH).mode & 0o222)
-  } catch {
-    throw new ApiError(503, 'database is unavailable') // the mount is gone: LiteFS stopped
-  }
-}
-
-// A replica's `.primary` names the primary while the two are connected.
-function primaryUrl(): string {
-  let name
-  try {
-    name = readFileSync(PRIMARY_FILE, 'latin1').trim()
-  } catch {
-    throw new ApiError(503, 'primary is unreachable')
-  }
-  return `http://${name.includes(':') ? name : `${name}:${PORT}`}`
-}
-
-// On the primary, the write runs here and its response names the transaction that holds it. On a
-// replica the token is checked before anything is sent (the primary checks it again), the request
-// goes to the primary as it came, and the primary's answer comes back once this copy has caught up.
-// (Generic over the route's path so that the handler after it still knows its params, like `:id`.)
-async function forwardOnReplica<Path extends string>(c: Context<any, Path>, next: Next) {
-  if (!onLiteFS && !PRIMARY_API_URL) return next()
-  if (onLiteFS && !isReplica()) {
-    await next()
-    const txid = c.res.ok && committedTxid()
-    if (txid) c.res.headers.set(TXID_HEADER, txid)
-    return
-  }
+// The token is checked here before anything is sent (the primary checks it again), and the request
+// goes to the primary as it came. (Generic over the route's path so that the handler after it still
+// knows its params, like `:id`.)
+async function forwardOnFollower<Path extends string>(c: Context<any, Path>, next: Next) {
+  if (!PRIMARY_API_URL) return next()
   const user = await authenticate(c)
-  const primary = PRIMARY_API_URL ?? primaryUrl()
   const body = await c.req.arrayBuffer()
   const headers: Record<string, string> = { authorization: c.req.header('authorization')! }
   const type = c.req.header('content-type')
   if (type) headers['content-type'] = type
   let answer: Response
   try {
-    answer = await fetch(primary + c.req.path, {
+    answer = await fetch(PRIMARY_API_URL + c.req.path, {
       method: 'POST', headers, body: body.byteLength ? body : undefined, signal: AbortSignal.timeout(FORWARD_TIMEOUT_MS),
     })
   } catch (error) {
@@ -480,42 +450,40 @@ async function forwardOnReplica<Path extends string>(c: Context<any, Path>, next
     throw new ApiError(503, 'primary is unreachable')
   }
   const text = await answer.text()
-  if (PRIMARY_API_URL) return followerAnswer(c, user, answer.status, text)
-  const txid = answer.headers.get(TXID_HEADER)
-  if (!txid) return jsonResponse(answer.status, text)
+  if (answer.status !== 200 && answer.status !== 201) return jsonResponse(answer.status, text)
+  const likedPost = c.req.param('id')
+  const here = likedPost === undefined
+    ? () => rowHere('postExists', (JSON.parse(text) as { post: { id: number } }).post.id)
+    : () => rowHere('likeExists', user.id, Number(likedPost))
+  if (await caughtUp(here, FOLLOW_CATCH_UP_MS)) return jsonResponse(answer.status, text)
   // Committed on the primary but not here yet: still the primary's answer (an error would invite a
   // retry, and a second post), marked so the client knows a read here may not show it yet.
-  if (!(await caughtUp(() => position() >= txid, CATCH_UP_MS))) {
-    console.warn(`replica: transaction ${txid} not here after ${CATCH_UP_MS} ms; answered without it`)
-    return jsonResponse(answer.status, text, { [TXID_HEADER]: txid, 'litefs-caught-up': 'false' })
+  console.warn(`follower: a write the primary took is not here after ${FOLLOW_CATCH_UP_MS} ms; answered without it`)
+  return jsonResponse(answer.status, text, { 'litestream-caught-up': 'false' })
+}
+
+// A read that fails here (Litestream holding the locks past the busy timeout) is a row not here yet.
+function rowHere(statement: 'postExists' | 'likeExists', ...ids: number[]): boolean {
+  try {
+    return database()[statement].get(...ids) !== undefined
+  } catch {
+    return false
   }
-  return jsonResponse(answer.status, text, { [TXID_HEADER]: txid })
 }
 
-// The position is read once per commit, and only when a write on a LiteFS primary asks for it.
-let commits = 0
-let lastRead = { commits: -1, txid: '' }
-function committedTxid(): string {
-  if (lastRead.commits !== commits) lastRead = { commits, txid: position() }
-  return lastRead.txid
-}
-
-// This copy's TXID, 16 hex digits: LiteFS's `-pos`, or the last one a follower's Litestream applied
-// (`-txid`). Empty when neither can say (LiteFS stopped), which is behind every position.
+// The TXID Litestream last applied here; empty when it cannot be read.
 function position(): string {
   try {
-    return readFileSync(PRIMARY_API_URL ? FOLLOWED_FILE : POSITION_FILE, 'latin1').slice(0, 16)
+    return readFileSync(FOLLOWED_FILE, 'latin1')
   } catch {
     return ''
   }
 }
 
 // Forwarded writes wait here until this copy has them. One timer reads the position for all of them,
-// and looks again at a write only when the position has moved: every millisecond on LiteFS, which
-// replicates in milliseconds, every 10 on a follower, about a second behind.
+// and looks again at a write only when the position has moved.
 type CatchUp = { here: () => boolean; deadline: number; resolve: (caughtUp: boolean) => void }
 const catchingUp = new Set<CatchUp>()
-const POLL_MS = PRIMARY_API_URL ? 10 : 1
 let lastPosition = ''
 
 function caughtUp(here: () => boolean, withinMs: number): Promise<boolean> {
@@ -540,38 +508,6 @@ function pollPosition() {
     }
   }
   if (catchingUp.size) setTimeout(pollPosition, POLL_MS)
-}
-
-// --- Litestream followers ----------------------------------------------------------------------------
-// A follower (npm start with LITESTREAM_REPLICA_URL and PRIMARY_API_URL) serves reads from a plain local
-// file that `litestream restore -f` keeps: it applies each LTX file the primary's Litestream uploads,
-// about a second after the commit, under SQLite's own locks (a read sees a transaction whole or not at
-// all), and writes the TXID it reached to `<db>-txid`. The file stays in rollback-journal mode and is
-// only read here. Each write goes to the primary as on a LiteFS replica; its answer goes back once
-// this copy holds the row it wrote, so a read after a write here sees it. The row, not a TXID: the
-// primary's Litestream numbers a transaction only when it next syncs, after the answer has gone.
-const FOLLOWED_FILE = `${SQLITE_PATH}-txid`
-// A follower is a sync interval (1 s) and a follow interval (100 ms) behind; past this it answers anyway.
-const FOLLOW_CATCH_UP_MS = 5_000
-
-async function followerAnswer(c: Context, user: User, status: number, text: string) {
-  if (status !== 200 && status !== 201) return jsonResponse(status, text)
-  const likedPost = c.req.param('id')
-  const here = likedPost === undefined
-    ? () => rowHere('postExists', (JSON.parse(text) as { post: { id: number } }).post.id)
-    : () => rowHere('likeExists', user.id, Number(likedPost))
-  if (await caughtUp(here, FOLLOW_CATCH_UP_MS)) return jsonResponse(status, text)
-  console.warn(`follower: a write the primary took is not here after ${FOLLOW_CATCH_UP_MS} ms; answered without it`)
-  return jsonResponse(status, text, { 'litestream-caught-up': 'false' })
-}
-
-// A read that fails here (Litestream holding the locks past the busy timeout) is a row not here yet.
-function rowHere(statement: 'postExists' | 'likeExists', ...ids: number[]): boolean {
-  try {
-    return database()[statement].get(...ids) !== undefined
-  } catch {
-    return false
-  }
 }
 
 // --- The Litestream replica ------------------------------------------------------------------------
@@ -712,7 +648,7 @@ async function databaseProblem(): Promise<string | undefined> {
   try {
     database().ping.get()
     if (!existsSync(SQLITE_PATH)) return 'database file is missing'
-    if (PRIMARY_API_URL || (onLiteFS && isReplica())) return undefined // a replica's writes are the primary's to take
+    if (PRIMARY_API_URL) return undefined // a follower's writes are the primary's to take
     // SQLite lets a read-only connection take the write lock; only the first write would fail.
     if (!isWritable(SQLITE_PATH)) return 'database is read-only'
     const { bavail, bsize } = statfsSync(dirname(SQLITE_PATH))
@@ -745,8 +681,8 @@ function closeDatabase() {
   connection = undefined
 }
 
-// Another process may hold the database's locks for a while at start: LiteFS writing a new replica's
-// copy into it, or a long transaction elsewhere. The start waits for them, and says so, for up to
+// Another process may hold the database's locks for a while at start: a long transaction elsewhere, or
+// a follower's Litestream applying a large one. The start waits for them, and says so, for up to
 // START_WAIT_MS; then it serves anyway: /health says the database is busy, and the first request to
 // find it free opens the connection.
 async function waitForDatabase() {
@@ -761,7 +697,7 @@ async function waitForDatabase() {
       if (Date.now() - started >= START_WAIT_MS) {
         return console.warn(`start: ${SQLITE_PATH} is still locked after ${START_WAIT_MS / 1000} s; serving, and /health says the database is busy until it is free`)
       }
-      if (!waited) console.log(`start: ${SQLITE_PATH} is locked by another process (LiteFS writing this replica's copy, or a long transaction); waiting up to ${START_WAIT_MS / 1000} s`)
+      if (!waited) console.log(`start: ${SQLITE_PATH} is locked by another process (a long transaction); waiting up to ${START_WAIT_MS / 1000} s`)
       await new Promise((resolve) => setTimeout(resolve, 50))
     }
   }

@@ -2,7 +2,7 @@
 // With LITESTREAM_REPLICA_URL set, the database lives in a replica too (README, "Keep the data"): a
 // missing file is restored from the replica before the seed is asked, and the server runs under
 // `litestream replicate` (0.5.17 or later), which streams every change to the replica about once a second.
-// With PRIMARY_API_URL as well, this node is a follower of that replica (app.ts, "Litestream followers"):
+// With PRIMARY_API_URL as well, this node is a follower of that replica (app.ts, "Read replicas"):
 // `litestream restore -f` restores the database and keeps applying what the primary sends, and the
 // server reads that copy and forwards every write to the primary.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'

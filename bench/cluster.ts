@@ -1,31 +1,20 @@
-// npm run bench -- --cluster [--quick]: the two ways past one box, side by side on this machine, in one
-// run. Every CPU figure counts a node's replication process (LiteFS, Litestream) as the server's: on a
-// box it shares the cores with the API.
+// npm run bench -- --cluster [--quick]: read replicas, measured on this machine: Litestream followers
+// (start.ts, over a file replica), a primary under `litestream replicate` and a follower under
+// `litestream restore -f`, each started as `npm start` starts them. Every CPU figure counts a node's
+// Litestream as the server's: on a box it shares the cores with the API. (LiteFS was measured beside
+// them until it was removed after 00daa52: docs/scale-out.md, "Why not LiteFS".)
 //
-// LiteFS (test/litefs.ts): node a the primary, node b a replica.
-//   1. the post statement alone: CPU per query on a plain file, on the primary's mount, on the
-//      replica's, and on the primary's with 100 queries per read transaction (what the cost follows)
-//   2. replication: a commit on a until b's position shows it, idle
-//   3. the mix at saturation: the plain file, the LiteFS primary, the replica (its writes forwarded);
-//      CPU per request = the API's + its LiteFS process's
-//   4. one forwarded write: latency and CPU, on the replica and on the primary, against a write sent
-//      to the primary directly
-//   5. replication lag under load: likes at saturation on a; for each transaction, the time from a's
-//      position showing it to b's; then at the challenge's write rate (as 9 measures it)
-// Litestream followers (start.ts, over a file replica): a primary under `litestream replicate`, a
-// follower under `litestream restore -f`, each started as `npm start` starts them.
-//   6. the post statement alone on the follower's file, its Litestream following
-//   7. the mix at saturation, 2,000 connections (a forwarded write holds its connection for about the
+//   1. the post statement alone on the follower's file, its Litestream following, against a plain file
+//   2. the mix at saturation, 2,000 connections (a forwarded write holds its connection for about the
 //      lag): a plain file, the follower (its writes forwarded to the primary, on the other core)
-//   8. one write at a time, forwarded by the follower and sent to the primary: latency, CPU of each process
-//   9. lag: from a new post's 201 on the primary to the follower's file holding it, idle and at the
-//      challenge's write rate; 6 to 9 with Litestream's defaults (1 s), 8 and 9 again with a 100 ms sync
+//   3. one write at a time, forwarded by the follower and sent to the primary: latency, CPU of each process
+//   4. lag: from a new post's 201 on the primary to the follower's file holding it, idle and at the
+//      challenge's write rate; 1 to 4 with Litestream's defaults (1 s), 3 and 4 again with a 100 ms sync
 //      interval and with the primary in LITESTREAM_SYNC=wait
 import { execFileSync } from 'node:child_process'
 import { copyFileSync, mkdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
-import { litefsBinary, startCluster, whyNoLiteFS, type LiteFSNode } from '../test/litefs.ts'
 import { CACHE, cpuTicks, LITESTREAM, LOAD_CORE, log, processTree, type Seed, type Server, SERVER_CORE, startServer, TICK_US, treeCpuTicks, wrk } from './lib.ts'
 
 const POST = `SELECT json_object('post', json_object('id', p.id, 'body', p.body, 'created_at', p.created_at,
@@ -49,8 +38,6 @@ type Run = { measureS: number; warmupS: number; tokens: string[]; seed: Seed; qu
 type Saturation = { rps: number; cpu_us: number; others_cpu_us: number; p50_ms: number; p99_ms: number; errors: number; example: string; load_cpu: number }
 
 export async function clusterBench({ seed, quick, flags }: { seed: Seed; quick: boolean; flags: string[] }) {
-  const why = whyNoLiteFS()
-  if (why) throw new Error(`--cluster needs LiteFS: ${why}`)
   if (!LITESTREAM) throw new Error('--cluster needs Litestream 0.5.17: set LITESTREAM_BIN, or put it at ../shared/tools/litestream')
   const run: Run = { measureS: quick ? 3 : 10, warmupS: quick ? 1 : 2, tokens: readFileSync(seed.tokens, 'utf8').trim().split('\n'), seed, quick }
   const dir = join(CACHE, `cluster-${process.pid}`)
@@ -58,10 +45,9 @@ export async function clusterBench({ seed, quick, flags }: { seed: Seed; quick: 
   const plain = join(dir, 'plain.db')
   copyFileSync(seed.db, plain)
   try {
-    const litefs = await liteFSBench(run, flags, plain)
-    const litestream = await followersBench(run, flags, plain, dir)
-    summary(litefs.report, litestream.report)
-    return { report: { litefs: litefs.report, litestream: litestream.report }, errors: litefs.errors + litestream.errors }
+    const { report, errors } = await followersBench(run, flags, plain, dir)
+    summary(report)
+    return { report, errors }
   } finally {
     rmSync(dir, { recursive: true, force: true })
   }
@@ -69,7 +55,7 @@ export async function clusterBench({ seed, quick, flags }: { seed: Seed; quick: 
 
 // The post statement in this process, pinned to the server core: CPU per query, and the CPU the
 // given replication process spent meanwhile.
-function statementCost(path: string, { quick, readOnly = false, pid, perTransaction = 1 }: { quick: boolean; readOnly?: boolean; pid?: number; perTransaction?: number }) {
+function statementCost(path: string, { quick, readOnly = false, pid }: { quick: boolean; readOnly?: boolean; pid?: number }) {
   if (pid) pin(pid, SERVER_CORE)
   pin(process.pid, SERVER_CORE)
   const queries = quick ? 5_000 : 20_000
@@ -78,11 +64,7 @@ function statementCost(path: string, { quick, readOnly = false, pid, perTransact
   for (let i = 0; i < queries / 5; i++) get.get(randomPost())
   const cpu = process.cpuUsage()
   const ticks = pid ? treeCpuTicks(pid) : 0
-  for (let i = 0; i < queries; i += perTransaction) {
-    if (perTransaction > 1) db.exec('BEGIN')
-    for (let j = 0; j < perTransaction; j++) get.get(randomPost())
-    if (perTransaction > 1) db.exec('COMMIT')
-  }
+  for (let i = 0; i < queries; i++) get.get(randomPost())
   const { user, system } = process.cpuUsage(cpu)
   const replication_us = pid ? ((treeCpuTicks(pid) - ticks) * TICK_US) / queries : 0
   db.close()
@@ -114,7 +96,7 @@ async function oneAtATime(run: Run, url: string, count: number, counters: (() =>
     const res = await fetch(`${url}/posts/${randomPost()}/like`, { method: 'POST', headers: { authorization: `Bearer ${run.tokens[i % run.tokens.length]}` }, signal: AbortSignal.timeout(15_000) })
     await res.arrayBuffer()
     if (res.status !== 201 && res.status !== 200) throw new Error(`a like answered ${res.status}`)
-    if (res.headers.get('litestream-caught-up') === 'false' || res.headers.get('litefs-caught-up') === 'false') notCaughtUp++
+    if (res.headers.get('litestream-caught-up') === 'false') notCaughtUp++
     latencies.push(performance.now() - started)
   }
   const cpu_us = counters.map((ticks, i) => ((ticks() - before[i]) * TICK_US) / count)
@@ -213,115 +195,6 @@ function ticksOf(pid: number, litestream: boolean) {
   return sum
 }
 
-async function liteFSBench(run: Run, flags: string[], plain: string) {
-  const { quick, measureS } = run
-  const report: Record<string, unknown> = {}
-  log('bench: starting a 2-node LiteFS cluster and importing the seed')
-  const cluster = await startCluster({ nodes: 2, seed: run.seed.db })
-  const [a, b] = cluster.nodes
-  try {
-    const version = execFileSync(litefsBinary()!, ['version'], { encoding: 'utf8' }).split(',')[0]
-    console.log(`LiteFS: ${version}, 2 nodes; the measured node's API and LiteFS on core ${SERVER_CORE}, wrk and the other node on core ${LOAD_CORE}`)
-
-    // 1. The statement alone, in this process on the server core.
-    const statements = {
-      plain: statementCost(plain, { quick }),
-      primary: statementCost(a.dbPath, { quick, pid: a.pid() }),
-      replica: statementCost(b.dbPath, { quick, readOnly: true, pid: b.pid() }),
-      'primary, 100 per read transaction': statementCost(a.dbPath, { quick, pid: a.pid(), perTransaction: 100 }),
-    }
-    report.statement = statements
-    console.log('\n1. the post statement alone, CPU per query (us)')
-    for (const [name, s] of Object.entries(statements)) console.log(`   ${name.padEnd(36)} node ${fmt(s.node_us, 1).padStart(6)}  litefs ${fmt(s.replication_us, 1).padStart(6)}  total ${fmt(s.node_us + s.replication_us, 1).padStart(6)}`)
-
-    // 2. Replication, idle: one row a commit, on a's mount, until b's position has it.
-    pin(process.pid, LOAD_CORE)
-    const writer = new DatabaseSync(a.dbPath)
-    const like = writer.prepare('INSERT OR IGNORE INTO likes (user_id, post_id) VALUES (?, ?)')
-    const lags: number[] = []
-    for (let i = 0; i < (quick ? 100 : 300); i++) {
-      like.run(1 + (i % 20_000), randomPost())
-      const committed = performance.now()
-      const target = a.position().slice(0, 16)
-      while (b.position().slice(0, 16) < target) {} // spins: the figure is milliseconds
-      lags.push(performance.now() - committed)
-      await sleep(5)
-    }
-    writer.close()
-    lags.sort((x, y) => x - y)
-    report.replication_idle_ms = { p50: at(lags, 0.5), p90: at(lags, 0.9), p99: at(lags, 0.99) }
-    console.log(`\n2. replication a -> b, idle: p50 ${fmt(at(lags, 0.5), 2)} ms, p90 ${fmt(at(lags, 0.9), 2)} ms, p99 ${fmt(at(lags, 0.99), 2)} ms (${lags.length} commits)`)
-
-    // 3. The mix at saturation. The measured node's API and LiteFS on the server core.
-    const app = join(import.meta.dirname, '..', 'dist', 'app.js')
-    const mix: Record<string, Saturation> = {}
-    // The API's port must be the one the lease names for the replica's writes to reach it.
-    const apiOn = (node: LiteFSNode, cores: string) =>
-      startServer(app, { flags, env: { SQLITE_PATH: node.dbPath, PORT: String(node.apiPort) } }).then((server) => (pin(server.pid, cores), server))
-
-    const server = await startServer(app, { flags, env: { SQLITE_PATH: plain } })
-    mix['plain file'] = await saturate(run, server.url, 'mix', () => [server.pid])
-    await server.stop()
-    pin(a.pid(), SERVER_CORE)
-    pin(b.pid(), LOAD_CORE)
-    const primaryApi = await apiOn(a, SERVER_CORE)
-    mix['LiteFS primary'] = await saturate(run, primaryApi.url, 'mix', () => [primaryApi.pid, a.pid()])
-    pin(primaryApi.pid, LOAD_CORE)
-    pin(a.pid(), LOAD_CORE)
-    pin(b.pid(), SERVER_CORE)
-    const replicaApi = await apiOn(b, SERVER_CORE)
-    mix['LiteFS replica'] = await saturate(run, replicaApi.url, 'mix', () => [replicaApi.pid, b.pid()])
-    report.mix = mix
-    console.log('\n3. the mix at saturation, 64 connections (CPU per request counts the node\'s LiteFS process)')
-    printMix(mix)
-
-    // 4. One write at a time: a like sent to the replica (forwarded) and one sent to the primary.
-    const counters = [replicaApi.pid, b.pid(), primaryApi.pid, a.pid()].map((pid) => () => treeCpuTicks(pid))
-    const forwarded = await oneAtATime(run, replicaApi.url, quick ? 200 : 1_000, counters)
-    const direct = await oneAtATime(run, primaryApi.url, quick ? 200 : 1_000, counters)
-    report.write = { forwarded, direct }
-    console.log('\n4. one like at a time (CPU us per write: replica API, replica LiteFS, primary API, primary LiteFS)')
-    for (const [name, r] of Object.entries({ 'to the replica': forwarded, 'to the primary': direct })) console.log(`   ${name.padEnd(16)} ${writeText(r)}`)
-    await replicaApi.stop()
-
-    // 5. Replication lag under load: likes at saturation on the primary; this process samples both
-    // positions on the load core.
-    pin(primaryApi.pid, SERVER_CORE)
-    pin(a.pid(), SERVER_CORE)
-    pin(b.pid(), LOAD_CORE)
-    const seenOnA = new Map<string, number>()
-    const behind: number[] = []
-    let sampling = true
-    const sampler = (async () => {
-      const pending: [string, number][] = []
-      while (sampling) {
-        const now = performance.now()
-        const txA = a.position().slice(0, 16)
-        if (txA && !seenOnA.has(txA)) (seenOnA.set(txA, now), pending.push([txA, now]))
-        const txB = b.position().slice(0, 16)
-        while (pending.length && pending[0][0] <= txB) behind.push(now - pending.shift()![1])
-        await sleep(1)
-      }
-    })()
-    const likes = await saturate(run, primaryApi.url, 'like', () => [primaryApi.pid, a.pid()])
-    sampling = false
-    await sampler
-    behind.sort((x, y) => x - y)
-    report.replication_under_load = { likes_per_s: likes.rps, transactions: behind.length, p50_ms: at(behind, 0.5), p99_ms: at(behind, 0.99), max_ms: behind.at(-1), errors: likes.errors, example: likes.example }
-    console.log(`\n5. replication lag with likes at saturation on the primary (${fmt(likes.rps)} likes/s, ${fmt(behind.length)} transactions seen): ` +
-      `p50 ${fmt(at(behind, 0.5), 1)} ms, p99 ${fmt(at(behind, 0.99), 1)} ms, max ${fmt(behind.at(-1) ?? NaN, 1)} ms (sampled every ~1 ms)` +
-      (likes.errors ? `; ${likes.errors} bad responses, e.g. ${likes.example}` : ''))
-    const atRate = await lag(run, primaryApi.url, b.dbPath, { rate: WRITE_RATE, seconds: quick ? 5 : 20 })
-    report.lag_at_write_rate = atRate
-    console.log(`   at the challenge's write rate (${fmt(atRate.writes_per_s)} writes/s), from a post's 201 to b's file: ${lagText(atRate)}`)
-    await primaryApi.stop()
-    const errors = Object.values(mix).reduce((sum, r) => sum + r.errors, 0) + likes.errors + atRate.errors + atRate.not_seen_in_10_s
-    return { report, errors }
-  } finally {
-    await cluster.stop()
-  }
-}
-
 function printMix(mix: Record<string, Saturation>) {
   const base = Object.values(mix)[0].cpu_us
   console.log(`   ${'where'.padEnd(20)} ${'req/s'.padStart(7)} ${'CPU us/req'.padStart(11)} ${'x plain'.padStart(8)} ${'p50 ms'.padStart(7)} ${'p99 ms'.padStart(7)} ${'wrk CPU'.padStart(8)} errors`)
@@ -335,7 +208,7 @@ const writeText = (r: Awaited<ReturnType<typeof oneAtATime>>) =>
   (r.not_caught_up ? `; ${r.not_caught_up} answered before the replica had them` : '')
 
 // Litestream's settings measured: its defaults, a shorter interval, and a primary that answers a write
-// once the replica holds it. 6 and 7 run with the defaults only.
+// once the replica holds it. 1 and 2 run with the defaults only.
 const SYNC_SETTINGS: { name: string; env: Record<string, string> }[] = [
   { name: 'defaults (1 s)', env: {} },
   { name: 'LITESTREAM_SYNC_INTERVAL=100ms', env: { LITESTREAM_SYNC_INTERVAL: '100ms' } },
@@ -370,13 +243,13 @@ async function followersBench(run: Run, flags: string[], plain: string, dir: str
       console.log(`\n  ${setting.name}`)
 
       if (n === 0) {
-        // 6. The statement alone on the follower's file, and on a plain copy, in this process.
+        // 1. The statement alone on the follower's file, and on a plain copy, in this process.
         const statements = { plain: statementCost(plain, { quick }), follower: statementCost(followerDb, { quick, readOnly: true, pid: follower.pid }) }
         result.statement = statements
-        console.log('  6. the post statement alone, CPU per query (us)')
+        console.log('  1. the post statement alone, CPU per query (us)')
         for (const [name, s] of Object.entries(statements)) console.log(`     ${name.padEnd(10)} node ${fmt(s.node_us, 1).padStart(6)}  litestream ${fmt(s.replication_us, 1).padStart(6)}  total ${fmt(s.node_us + s.replication_us, 1).padStart(6)}`)
 
-        // 7. The mix: a plain file, then the follower; 2,000 connections each, so that the writes
+        // 2. The mix: a plain file, then the follower; 2,000 connections each, so that the writes
         // waiting a second or two for the follower to have them leave enough connections to saturate it.
         const mix: Record<string, Saturation> = {}
         const server = await startServer(join(import.meta.dirname, '..', 'dist', 'app.js'), { flags, env: { SQLITE_PATH: plain } })
@@ -385,27 +258,27 @@ async function followersBench(run: Run, flags: string[], plain: string, dir: str
         mix['follower'] = await saturate(run, follower.url, 'mix', () => [follower.pid], CONNECTIONS, () => [primary.pid])
         result.mix = mix
         const primaryUs = mix['follower'].others_cpu_us
-        console.log(`  7. the mix at saturation, ${fmt(CONNECTIONS)} connections (CPU per request counts the follower's Litestream)`)
+        console.log(`  2. the mix at saturation, ${fmt(CONNECTIONS)} connections (CPU per request counts the follower's Litestream)`)
         printMix(mix)
         console.log(`     the primary (its API and Litestream), taking the follower's writes: ${fmt(primaryUs, 1)} us a follower request`)
         errors += Object.values(mix).reduce((sum, r) => sum + r.errors, 0)
       }
 
-      // 8. One like at a time, forwarded by the follower, then sent to the primary.
+      // 3. One like at a time, forwarded by the follower, then sent to the primary.
       const counters = [apiOf(follower), litestreamOf(follower), apiOf(primary), litestreamOf(primary)]
       const count = n === 0 ? (quick ? 10 : 40) : quick ? 20 : 100
       const forwarded = await oneAtATime(run, follower.url, count, counters)
       const direct = await oneAtATime(run, primary.url, count, counters)
       result.write = { forwarded, direct }
-      console.log('  8. one like at a time (CPU us per write: follower API, follower Litestream, primary API, primary Litestream)')
+      console.log('  3. one like at a time (CPU us per write: follower API, follower Litestream, primary API, primary Litestream)')
       for (const [name, r] of Object.entries({ 'to the follower': forwarded, 'to the primary': direct })) console.log(`     ${name.padEnd(16)} ${writeText(r)}`)
 
-      // 9. Lag, idle and at the challenge's write rate, with the CPU each Litestream spends at it.
+      // 4. Lag, idle and at the challenge's write rate, with the CPU each Litestream spends at it.
       const idle = await lag(run, primary.url, followerDb, { posts: quick ? 5 : 20 })
       const atRate = await lag(run, primary.url, followerDb, { rate: WRITE_RATE, seconds: quick ? 5 : 20 }, [litestreamOf(primary), litestreamOf(follower), apiOf(follower)])
       result.lag_idle = idle
       result.lag_at_write_rate = atRate
-      console.log(`  9. from a post's 201 on the primary to the follower's file: idle ${lagText(idle)}`)
+      console.log(`  4. from a post's 201 on the primary to the follower's file: idle ${lagText(idle)}`)
       console.log(`     at the challenge's write rate (${fmt(atRate.writes_per_s)} writes/s): ${lagText(atRate)}; ` +
         `CPU: the primary's Litestream ${fmt(atRate.cpu_per_s[0] * 100, 1)}% of a core, the follower's ${fmt(atRate.cpu_per_s[1] * 100, 1)}%, the follower's Node ${fmt(atRate.cpu_per_s[2] * 100, 1)}%`)
       errors += idle.errors + idle.not_seen_in_10_s + atRate.errors + atRate.not_seen_in_10_s
@@ -417,22 +290,19 @@ async function followersBench(run: Run, flags: string[], plain: string, dir: str
   return { report, errors }
 }
 
-// Both engines' figures to choose by, from this run.
-function summary(litefs: Record<string, any>, litestream: Record<string, any>) {
-  const [defaults, fast, wait] = SYNC_SETTINGS.map((s) => litestream.settings[s.name])
-  const ratio = (x: Saturation, base: Saturation) => `${fmt(x.cpu_us / base.cpu_us, 2)} x`
-  const stmt = (s: { node_us: number; replication_us: number }, base: { node_us: number }) => `${fmt((s.node_us + s.replication_us) / base.node_us, 2)} x`
-  const write = (w: { p50_ms: number; p99_ms: number; cpu_us: number[] }) => `${fmt(w.p50_ms, 1)} / ${fmt(w.p99_ms, 1)} ms, ${fmt(w.cpu_us.reduce((x, y) => x + y))} us`
-  const lagOf = (l: { p50_ms: number; p99_ms: number }) => `${fmt(l.p50_ms, 1)} / ${fmt(l.p99_ms, 1)} ms`
-  const rows: [string, string, string][] = [
-    ['post statement, CPU x plain', stmt(litefs.statement.replica, litefs.statement.plain), stmt(defaults.statement.follower, defaults.statement.plain)],
-    ['the mix, CPU a request x plain', ratio(litefs.mix['LiteFS replica'], litefs.mix['plain file']), ratio(defaults.mix.follower, defaults.mix['plain file'])],
-    ['a forwarded like, p50 / p99, CPU in all', write(litefs.write.forwarded), `${write(defaults.write.forwarded)}; 100 ms: ${write(fast.write.forwarded)}; wait: ${write(wait.write.forwarded)}`],
-    ['lag idle, p50 / p99', `${fmt(litefs.replication_idle_ms.p50, 1)} / ${fmt(litefs.replication_idle_ms.p99, 1)} ms`, `${lagOf(defaults.lag_idle)}; 100 ms: ${lagOf(fast.lag_idle)}; wait: ${lagOf(wait.lag_idle)}`],
-    [`lag at ${WRITE_RATE} writes/s, p50 / p99`, lagOf(litefs.lag_at_write_rate), `${lagOf(defaults.lag_at_write_rate)}; 100 ms: ${lagOf(fast.lag_at_write_rate)}; wait: ${lagOf(wait.lag_at_write_rate)}`],
-  ]
-  console.log('\nside by side: a LiteFS replica, a Litestream follower (with Litestream\'s defaults, then the other settings)')
-  for (const [name, a, b] of rows) console.log(`   ${name.padEnd(40)} ${a.padEnd(24)} ${b}`)
+// The figures to choose a setting by, from this run.
+function summary(report: Record<string, any>) {
+  const [defaults] = SYNC_SETTINGS.map((s) => report.settings[s.name])
+  const statement = defaults.statement
+  console.log(`\na follower against a plain file: the post statement ${fmt((statement.follower.node_us + statement.follower.replication_us) / statement.plain.node_us, 2)} x, ` +
+    `the mix ${fmt(defaults.mix.follower.cpu_us / defaults.mix['plain file'].cpu_us, 2)} x the CPU a request`)
+  console.log(`   ${'setting'.padEnd(32)} ${'forwarded like p50 / p99'.padEnd(26)} ${'lag idle p50 / p99'.padEnd(22)} ${`lag at ${WRITE_RATE} writes/s`.padEnd(22)} primary's Litestream at it`)
+  for (const setting of SYNC_SETTINGS) {
+    const r = report.settings[setting.name]
+    const pair = (a: number, b: number) => `${fmt(a, 1)} / ${fmt(b, 1)} ms`
+    console.log(`   ${setting.name.padEnd(32)} ${pair(r.write.forwarded.p50_ms, r.write.forwarded.p99_ms).padEnd(26)} ${pair(r.lag_idle.p50_ms, r.lag_idle.p99_ms).padEnd(22)} ` +
+      `${pair(r.lag_at_write_rate.p50_ms, r.lag_at_write_rate.p99_ms).padEnd(22)} ${fmt(r.lag_at_write_rate.cpu_per_s[0] * 100, 1)}% of a core`)
+  }
 }
 
 const within = <T>(promise: Promise<T>, ms: number, what: string) =>

@@ -6,7 +6,7 @@
 //                    [--against-node <version>] [--replicate [--sync-wait] [--s3]]
 //   npm run bench -- --box [--rounds 3]       one box: the mix and the write ceiling, one process on one
 //                                             core against WORKERS=2 on both
-//   npm run bench -- --cluster [--quick]      LiteFS and Litestream followers side by side (bench/cluster.ts)
+//   npm run bench -- --cluster [--quick]      Litestream followers: a primary and a follower (bench/cluster.ts)
 //   npm run bench -- --score [--full]         the challenge's score in the box's limits (bench/score.ts)
 //   npm run bench -- --score --full --confirm-from <users>   only its warm-up and confirmation, from there down
 //   npm run bench -- --score --k6 <k6 binary> its users generator against the real k6, at 10,000 users

@@ -185,7 +185,7 @@ describe('the database file goes missing', () => {
 
 
 // At start, not while serving: another process holds every lock on the file (an exclusive locking
-// mode, as LiteFS does while it writes a new replica's copy). The start waits, says so, and never
+// mode, as a long write elsewhere might). The start waits, says so, and never
 // crashes; past START_WAIT_MS it serves, with /health and reads saying the database is busy.
 describe('another process holds every lock on the file when the server starts', () => {
   const db = smallDatabase()
