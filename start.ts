@@ -25,7 +25,7 @@ const LITESTREAM_MIN = [0, 5, 17]
 const FOLLOW_INTERVAL = process.env.LITESTREAM_FOLLOW_INTERVAL || '100ms'
 // How often the primary's Litestream reads the WAL and uploads what is new (its monitor and sync
 // intervals, 1 s each by default): most of a follower's lag, and a PUT each time there was a write.
-const SYNC_INTERVAL = process.env.LITESTREAM_SYNC_INTERVAL
+const SYNC_INTERVAL = process.env.LITESTREAM_SYNC_INTERVAL || undefined
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const dist = (file: string) => fileURLToPath(new URL(`./${file}`, import.meta.url))
 
@@ -33,6 +33,7 @@ if (PRIMARY_API_URL && !REPLICA_URL) {
   console.error('start: PRIMARY_API_URL makes this node a follower of a Litestream replica: set LITESTREAM_REPLICA_URL to the primary\'s')
   process.exit(1)
 }
+// Durations as Go writes them, which Litestream reads: checked here, so a wrong one is a line of ours.
 for (const [name, value] of [['LITESTREAM_SYNC_INTERVAL', SYNC_INTERVAL], ['LITESTREAM_FOLLOW_INTERVAL', FOLLOW_INTERVAL]]) {
   if (value !== undefined && !/^(\d+(\.\d+)?(ms|s|m|h))+$/.test(value)) {
     console.error(`start: ${name} is a duration such as 100ms or 1s, not ${JSON.stringify(value)}`)
