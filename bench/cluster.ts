@@ -15,6 +15,7 @@ import { execFileSync } from 'node:child_process'
 import { copyFileSync, mkdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
+import { sleep, until } from '../test/helpers.ts'
 import { CACHE, cpuTicks, LITESTREAM, LOAD_CORE, log, processTree, type Seed, type Server, SERVER_CORE, startServer, TICK_US, treeCpuTicks, wrk } from './lib.ts'
 
 const POST = `SELECT json_object('post', json_object('id', p.id, 'body', p.body, 'created_at', p.created_at,
@@ -23,7 +24,6 @@ const POST = `SELECT json_object('post', json_object('id', p.id, 'body', p.body,
 const randomPost = () => 1 + Math.floor(Math.random() * 500_000)
 const fmt = (n: number, digits = 0) => n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
 const at = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? NaN
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 // Moves a running process, every thread of it, to these cores.
 const pin = (pid: number, cores: string) => execFileSync('taskset', ['-a', '-p', '-c', cores, String(pid)], { stdio: 'ignore' })
 
@@ -307,9 +307,3 @@ function summary(report: Record<string, any>) {
 
 const within = <T>(promise: Promise<T>, ms: number, what: string) =>
   Promise.race([promise, sleep(ms).then(() => Promise.reject(new Error(`${what}: not started within ${ms / 1000} s`)))])
-
-async function until(condition: () => boolean, ms: number, what: string) {
-  for (const deadline = performance.now() + ms; !condition(); await sleep(100)) {
-    if (performance.now() > deadline) throw new Error(`${what}: not within ${ms / 1000} s`)
-  }
-}
