@@ -294,7 +294,11 @@ async function holdUsers(variant: Variant, seed: Seed, cgroup?: string): Promise
 
 // --- Reporting ------------------------------------------------------------------------------------
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]
+const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const middle = (sorted.length - 1) / 2
+  return (sorted[Math.floor(middle)] + sorted[Math.ceil(middle)]) / 2
+}
 const fmt = (n: number, digits = 0) => n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
 
 function summarize(runs: Saturation[], endpoint: Endpoint, variant: string) {
@@ -310,6 +314,16 @@ function summarize(runs: Saturation[], endpoint: Endpoint, variant: string) {
   }
 }
 type Summary = NonNullable<ReturnType<typeof summarize>>
+
+// The ratio of each round's pair, which drift moves less than the medians' ratio above: with --together
+// the two ran at the same time, and otherwise one right after the other.
+function roundByRound(runs: Saturation[], endpoint: Endpoint, variant: string): string {
+  const cpu = (name: string) => runs.filter((r) => r.endpoint === endpoint && r.variant === name).map((r) => r.cpu_us)
+  const ours = cpu('ours')
+  const ratios = cpu(variant).map((us, i) => us / ours[i]).sort((x, y) => x - y)
+  if (ratios.length < 2) return ''
+  return `   round by round ${fmt(ratios[0], 3)} to ${fmt(ratios.at(-1)!, 3)}, median ${fmt(median(ratios), 3)}`
+}
 
 function printTable(rows: Summary[], c0: number) {
   const header = ['endpoint', 'variant', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'CPU us/req', 'x c0', 'server CPU', 'load CPU', 'peak RSS MB']
@@ -435,7 +449,7 @@ async function main() {
         const [a, ...others] = variants.map((v) => rows.find((r) => r.endpoint === e && r.variant === v.name)!)
         for (const b of others) {
           const litestream = b.litestream_cpu_us ? `   (Litestream itself: ${fmt(b.litestream_cpu_us, 1)} of ${fmt(b.cpu_us, 1)} us/req; the replica ${fmt(b.replica_behind_ms / 1000, 1)} s behind at most)` : ''
-          console.log(`${LABEL[e].padEnd(22)} CPU/req ${b.variant} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   req/s ${fmt(b.rps / a.rps, 3)}${litestream}`)
+          console.log(`${LABEL[e].padEnd(22)} CPU/req ${b.variant} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   req/s ${fmt(b.rps / a.rps, 3)}${roundByRound(runs, e, b.variant)}${litestream}`)
         }
       }
       if (holds.length) {
@@ -450,7 +464,9 @@ async function main() {
           console.log(`users hold (${h.name}, median of ${h.rounds}): ${fmt(CONNECTIONS)} connections, ${fmt(h.kb, 1)} KB per idle connection, ` +
             `${fmt(h.peak)} MB at peak, p99 ${fmt(h.p99, 1)} ms, ${fmt(h.cpu, 1)} us CPU per request, ${h.errors ? red(`${h.errors} errors`) : '0 errors'}`)
         }
-        console.log(`users hold              KB per idle connection ${held[1].name} / ours = ${fmt(held[1].kb / held[0].kb, 3)}   CPU/req ${fmt(held[1].cpu / held[0].cpu, 3)}`)
+        for (const h of held.slice(1)) {
+          console.log(`users hold              KB per idle connection ${h.name} / ours = ${fmt(h.kb / held[0].kb, 3)}   CPU/req ${fmt(h.cpu / held[0].cpu, 3)}`)
+        }
       }
     }
     const mix = rows.find((r) => r.endpoint === 'mix' && r.variant === 'ours')
