@@ -318,14 +318,15 @@ describe('clients that send requests and never read the answers', () => {
     }
   }
 
-  test('200 connections that pipeline 2,000 GET /feed each (62 KB) are closed; RSS grows under 100 MB and /health answers within 100 ms throughout', async (t) => {
+  test('200 connections that pipeline 2,000 GET /feed each (62 KB) are closed; RSS grows under 100 MB and /health answers within 500 ms throughout', async (t) => {
     const attack = await underAttack({ connections: 200, depth: 2_000, seconds: 2 })
     t.diagnostic(`${attack.requests} requests sent; RSS ${attack.rest.toFixed(0)} MB at rest, +${attack.growth.toFixed(1)} MB at peak; ` +
       `${attack.health.latencies.length} /health probes, the slowest ${attack.health.max.toFixed(1)} ms`)
     assert.equal(attack.open, 0, `${attack.open} of ${attack.connections} attacking connections still open`)
     assert.ok(attack.growth < 100, `RSS grew ${attack.growth.toFixed(0)} MB`)
     assert.deepEqual(attack.health.failures, [])
-    assert.ok(attack.health.max < 100, `/health took ${attack.health.max.toFixed(0)} ms`)
+    // Unbounded, /health waited 2 s behind the attack's answers; bounded, 56 to 66 ms at worst here.
+    assert.ok(attack.health.max < 500, `/health took ${attack.health.max.toFixed(0)} ms`)
     assert.equal((await exchange(targetPort, 'GET /feed HTTP/1.1\r\nHost: test\r\n\r\n')).status, 200)
   })
 
