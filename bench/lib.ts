@@ -2,7 +2,7 @@
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { createHash } from 'node:crypto'
 import { once } from 'node:events'
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 
 export const ROOT = join(import.meta.dirname, '..')
@@ -39,18 +39,46 @@ export function nodeRelease(version: string): string {
 
 export type Seed = { db: string; tokens: string }
 
-// One seeded database per version of the seed, kept in bench/.cache; every server gets a copy of it.
-export function seededDatabase(): Seed {
-  const hash = createHash('sha256').update(readFileSync(join(ROOT, 'seed.ts'))).update(readFileSync(join(ROOT, 'schema.sql'))).digest('hex').slice(0, 12)
-  const db = join(CACHE, `seed-${hash}`, 'feed.db')
-  const tokens = join(CACHE, `seed-${hash}`, 'tokens.txt')
-  if (!existsSync(db)) {
-    log('bench: seeding the challenge database once for this version of the seed (about 20 s)')
-    execFileSync(process.execPath, [join(ROOT, 'dist', 'seed.js'), '--force', db], { stdio: ['ignore', 'ignore', 'inherit'] })
-    const list = JSON.parse(readFileSync(join(CACHE, `seed-${hash}`, 'tokens.json'), 'utf8')) as { token: string }[]
-    writeFileSync(tokens, list.map((t) => t.token).join('\n') + '\n')
+// One seeded database per version of the seed, kept in bench/.cache: the tests and the benchmarks copy it
+// for every server they start. The version is the seed's bundle (dist/seed.js: everything the seed runs,
+// the signing of its tokens included), so a change to any of it seeds again. The seed is built in a folder
+// of its own and renamed into place whole: a run stopped halfway, or two runs at once, leave no half of one.
+export function seededDatabase({ quiet = false } = {}): Seed {
+  const hash = createHash('sha256').update(readFileSync(join(ROOT, 'dist', 'seed.js'))).digest('hex').slice(0, 12)
+  const dir = join(CACHE, `seed-${hash}`)
+  const seed = { db: join(dir, 'feed.db'), tokens: join(dir, 'tokens.txt') }
+  if (existsSync(dir)) return seed
+  log('seeding the challenge database once for this version of the seed, into bench/.cache (about 30 s)')
+  const partial = `${dir}.${process.pid}`
+  mkdirSync(CACHE, { recursive: true })
+  for (const name of readdirSync(CACHE)) { // what runs stopped halfway left behind
+    const pid = Number(/^seed-[0-9a-f]+\.(\d+)$/.exec(name)?.[1])
+    if (pid && !isRunning(pid)) rmSync(join(CACHE, name), { recursive: true, force: true })
   }
-  return { db, tokens }
+  try {
+    execFileSync(process.execPath, [join(ROOT, 'dist', 'seed.js'), join(partial, 'feed.db')], { stdio: ['ignore', 'ignore', quiet ? 'pipe' : 'inherit'] })
+  } catch (error) {
+    if (quiet) log(String((error as { stderr?: Buffer }).stderr ?? ''))
+    throw error
+  }
+  const list = JSON.parse(readFileSync(join(partial, 'tokens.json'), 'utf8')) as { token: string }[]
+  writeFileSync(join(partial, 'tokens.txt'), list.map((t) => t.token).join('\n') + '\n')
+  try {
+    renameSync(partial, dir)
+  } catch (error) {
+    if (!existsSync(dir)) throw error
+    rmSync(partial, { recursive: true, force: true }) // another run finished the same seed first
+  }
+  return seed
+}
+
+export function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM'
+  }
 }
 
 // A 2 GB memory cgroup (v1) for the server, where the machine lets us make one.

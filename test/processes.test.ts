@@ -8,7 +8,7 @@ import { connect, type Socket } from 'node:net'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { after, before, describe, test } from 'node:test'
-import { processTree } from '../bench/lib.ts'
+import { isRunning, processTree } from '../bench/lib.ts'
 import { freshSeededCopy, ROOT, startServer, until, type Server } from './helpers.ts'
 
 const db = freshSeededCopy()
@@ -27,15 +27,6 @@ async function users(url: string, connections: number, whileHolding?: () => void
   if (whileHolding) setTimeout(whileHolding, 3_000)
   const lines = (await run).stdout.trim().split('\n').map((line) => JSON.parse(line))
   return { connected: lines.find((l) => l.event === 'connected'), done: lines.at(-1) }
-}
-
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
 }
 
 // Connections that each had one answer and stay open.
@@ -82,7 +73,7 @@ describe('more connections than one process has files for', () => {
       assert.ok(processes.length >= 4, `${processes.length} processes`)
       assert.match(server.output(), /process \d+ is full \(\d+ connections, 1024 open files at most\): the next takes new ones/)
       assert.equal(await server.stop('SIGTERM'), 0)
-      await until(() => !processes.some(alive), 15_000, 'every process to exit')
+      await until(() => !processes.some(isRunning), 15_000, 'every process to exit')
       server = await start(1024)
     })
 
@@ -128,7 +119,7 @@ describe('more connections than one process has files for', () => {
         process.kill(first, 'SIGCONT')
       }
       await until(() => server.output().split('listening on').length === 3, 10_000, 'the first to listen again')
-      assert.ok(alive(first), `the first process is alive:\n${server.output()}`)
+      assert.ok(isRunning(first), `the first process is alive:\n${server.output()}`)
       await stillServe(kept, await openConnections(port, 100))
     })
   })

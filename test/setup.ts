@@ -1,28 +1,14 @@
-// Runs once per `npm test`: builds the bundles and seeds one database that every
-// contract test copies fresh for each server it starts.
+// Runs once per `npm test`: builds the bundles and finds the seeded database that every contract test
+// copies fresh for each server it starts: the benchmarks' (bench/.cache), seeded once for each version
+// of the seed's bundle, so that `npm test`, `npm run test:faults` and `npm run bench` seed it once.
 import { execFileSync } from 'node:child_process'
-import { mkdtempSync, rmSync } from 'node:fs'
-import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-
-const root = join(import.meta.dirname, '..')
-let dir = ''
+import { seededDatabase } from '../bench/lib.ts'
 
 export async function globalSetup() {
-  execFileSync(process.execPath, ['build.mjs'], { cwd: root, stdio: 'inherit' })
-  dir = mkdtempSync(join(tmpdir(), 'feed-test-'))
+  execFileSync(process.execPath, ['build.mjs'], { cwd: join(import.meta.dirname, '..'), stdio: 'inherit' })
   const started = performance.now()
-  const seedDb = join(dir, 'seed.db')
-  try {
-    execFileSync(process.execPath, ['dist/seed.js', seedDb], { cwd: root, stdio: 'pipe' })
-  } catch (err) {
-    console.error((err as { stderr?: Buffer }).stderr?.toString())
-    throw err
-  }
-  console.log(`seeded ${seedDb} in ${((performance.now() - started) / 1000).toFixed(1)} s`)
-  process.env.TEST_SEED_DB = seedDb
-}
-
-export async function globalTeardown() {
-  if (dir) rmSync(dir, { recursive: true, force: true })
+  const { db } = seededDatabase({ quiet: true })
+  console.log(`seeded database: ${db} (${((performance.now() - started) / 1000).toFixed(1)} s)`)
+  process.env.TEST_SEED_DB = db
 }
