@@ -272,7 +272,11 @@ async function holdUsers(variant: Variant, seed: Seed, cgroup?: string): Promise
       sent,
       answered: sum('answered'),
       errors: errorCount,
-      error_example: results.map((r) => r.errors.example).find(Boolean) ?? '',
+      // The failures that carry no answer to show: connections that never opened, requests never answered.
+      error_example: results.map((r) => r.errors.example).find(Boolean) ?? [
+        failedToConnect && `${fmt(failedToConnect)} of ${fmt(CONNECTIONS)} connections failed to open`,
+        sum('unanswered') && `${fmt(sum('unanswered'))} requests unanswered 5 s after the hold`,
+      ].filter(Boolean).join('; '),
       connect_failed: failedToConnect,
       p50_ms: at(50),
       p95_ms: at(95),
