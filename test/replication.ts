@@ -22,10 +22,15 @@ export const OLD_LITESTREAM = (() => {
   } catch {}
 })()
 
-// SIGKILL to Litestream and the server under it, at once: nothing gets to send a last frame. Resolves
-// once every one of them is gone (a zombie counts as gone), or fails after 10 s.
+// SIGKILL to Litestream and the server under it, at once: nothing gets to send a last frame. Each is
+// stopped (SIGSTOP) before any is killed: the kills go one process after another, and a server that
+// outlived Litestream by a moment (this process preempted between two kills, on a busy machine) would
+// answer a write waiting on the control socket that Litestream's death closed. A stopped process keeps
+// its sockets and runs nothing. Resolves once every one of them is gone (a zombie counts as gone), or
+// fails after 10 s.
 export async function killEverything(pid: number) {
   const tree = processTree(pid)
+  for (const p of tree) process.kill(p, 'SIGSTOP')
   for (const p of tree) process.kill(p, 'SIGKILL')
   const alive = (p: number) => existsSync(`/proc/${p}`) && !/\) Z /.test(readFileSync(`/proc/${p}/stat`, 'utf8'))
   for (const deadline = performance.now() + 10_000; tree.some(alive); await sleep(10)) {

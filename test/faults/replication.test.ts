@@ -138,7 +138,7 @@ describe('a box lost under a stream of writes (SIGKILL to every process, the dat
         const lostAt = performance.now()
         await killEverything(server.child.pid!)
         await stream.done
-        assert.deepEqual(stream.errors, [])
+        assert.deepEqual(stream.errors, [], `the server's log:\n${server.output().slice(-3000)}`)
         const cutOff = dropCutOffUploads(objects)
         t.diagnostic(`uploads cut off by the loss, dropped: ${cutOff.length ? cutOff.join(', ') : 'none'}`)
         const restored = join(folder('new-box'), 'feed.db')
