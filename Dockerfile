@@ -7,6 +7,7 @@ WORKDIR /src
 COPY package.json package-lock.json .npmrc ./
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund
 COPY build.mjs app.ts seed.ts start.ts schema.sql ./
+COPY server/ ./server/
 RUN node build.mjs
 
 # Run: Debian slim with the same Node, pinned by version. Not Alpine: musl's allocator is slower

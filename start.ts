@@ -2,16 +2,16 @@
 // With LITESTREAM_REPLICA_URL set, the database lives in a replica too (README, "Keep the data"): a
 // missing file is restored from the replica before the seed is asked, and the server runs under
 // `litestream replicate` (0.5.17 or later), which streams every change to the replica about once a second.
-// With PRIMARY_API_URL as well, this node is a follower of that replica (app.ts, "Read replicas"):
+// With PRIMARY_API_URL as well, this node is a follower of that replica (server/replica.ts):
 // `litestream restore -f` restores the database and keeps applying what the primary sends, and the
 // server reads that copy and forwards every write to the primary.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { accessSync, closeSync, constants, existsSync, mkdirSync, openSync, readSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { DatabaseSync } from 'node:sqlite'
-import { tmpdir } from 'node:os'
-import { basename, dirname, join, resolve } from 'node:path'
+import { basename, dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { environmentUnderLitestream, litestreamFiles } from './server/litestream.ts'
 
 const SQLITE_PATH = process.env.SQLITE_PATH || 'data/feed.db'
 const REPLICA_URL = process.env.LITESTREAM_REPLICA_URL
@@ -28,6 +28,7 @@ const FOLLOW_INTERVAL = process.env.LITESTREAM_FOLLOW_INTERVAL || '100ms'
 const SYNC_INTERVAL = process.env.LITESTREAM_SYNC_INTERVAL || undefined
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const dist = (file: string) => fileURLToPath(new URL(`./${file}`, import.meta.url))
+const files = litestreamFiles(SQLITE_PATH)
 
 if (PRIMARY_API_URL && !REPLICA_URL) {
   console.error('start: PRIMARY_API_URL makes this node a follower of a Litestream replica: set LITESTREAM_REPLICA_URL to the primary\'s')
@@ -48,8 +49,9 @@ if (REPLICA_URL) await restoreIfMissing()
 // The seed runs in a process of its own, so its memory is gone before the server starts.
 await runToEnd('the seed', process.execPath, [dist('seed.js'), '--if-missing'])
 
+// The server runs in this process (it serves once loaded), or under Litestream.
 if (REPLICA_URL) replicate()
-else (await import(new URL('./app.js', import.meta.url).href)).run()
+else await import(new URL('./app.js', import.meta.url).href)
 
 // Runs a step to its end, passing on SIGTERM and SIGINT; a step that fails stops the start.
 async function runToEnd(step: string, command: string, args: readonly string[]) {
@@ -64,23 +66,12 @@ async function runToEnd(step: string, command: string, args: readonly string[]) 
   }
 }
 
-// Litestream's own files sit beside the database (litestream.io/reference/config): its state in
-// .feed.db-litestream/, the config this writes in .feed.db-litestream.yml, and its control socket,
-// through which the server follows the replica (app.ts, "The replica"). A socket's path has at most
-// 107 bytes; a longer one goes to the temporary folder.
-function litestreamPaths() {
-  const db = resolve(SQLITE_PATH)
-  const state = join(dirname(db), `.${basename(db)}-litestream`)
-  const socket = Buffer.byteLength(`${state}.sock`) <= 107 ? `${state}.sock` : join(tmpdir(), `litestream-${process.pid}.sock`)
-  return { db, state, config: `${state}.yml`, socket }
-}
-
 // One database, one replica. The S3 endpoint and region come from the AWS SDKs' usual variables,
 // for S3-compatible stores (litestream.io/guides/s3-compatible); the keys Litestream reads from the
 // environment itself. JSON is YAML, and -no-expand-env keeps a `$` in a path as it is. Litestream 0.5
 // ignores keys it does not know: each one here is in litestream.io/reference/config.
 function writeLitestreamConfig() {
-  const { db, config, socket } = litestreamPaths()
+  const { db, config, socket } = files
   const endpoint = process.env.AWS_ENDPOINT_URL_S3 || process.env.AWS_ENDPOINT_URL
   const region = process.env.AWS_REGION
   const interval = (key: string) => SYNC_INTERVAL && { [key]: SYNC_INTERVAL }
@@ -94,13 +85,13 @@ function writeLitestreamConfig() {
 // A follower: Litestream restores the database and follows the replica; the server starts once the
 // copy is whole and reads it. Either process ending ends the other, and the start.
 async function follow(): Promise<never> {
-  const { db } = litestreamPaths()
+  const { db, txid } = files
   // A database here that Litestream did not restore (no `<db>-txid`) cannot be followed: set aside,
   // never deleted (it may hold writes of its own), and the copy restored afresh.
-  if (existsSync(db) && !existsSync(`${db}-txid`)) {
+  if (existsSync(db) && !existsSync(txid)) {
     const aside = `${db}.not-followed-${new Date().toISOString().replace(/[:.]/g, '-')}`
     for (const suffix of ['', '-wal', '-shm', '-journal']) if (existsSync(db + suffix)) renameSync(db + suffix, aside + suffix)
-    console.log(`start: ${SQLITE_PATH} has no ${basename(db)}-txid, so Litestream did not restore it: set it aside as ${aside}`)
+    console.log(`start: ${SQLITE_PATH} has no ${basename(txid)}, so Litestream did not restore it: set it aside as ${aside}`)
   }
   console.log(`start: following ${shown(REPLICA_URL!)} into ${SQLITE_PATH}; writes go to ${PRIMARY_API_URL}`)
   let server: ChildProcess | undefined
@@ -165,7 +156,7 @@ async function startFollowing(db: string): Promise<ChildProcess> {
 // long as it is open, which Litestream's apply would wait on forever, and trusts its page cache by an
 // index Litestream never writes. So the copy is switched before anything reads it, under SQLite's
 // locks, which Litestream's apply takes too. (Every commit of the primary writes page 1 under
-// Litestream, app.ts: each apply then changes the header's counter, and the readers' caches go.)
+// Litestream, server/replica.ts: each apply then changes the header's counter, and the readers' caches go.)
 function readersFirst(db: string) {
   const header = Buffer.alloc(2)
   const fd = openSync(db, 'r')
@@ -212,7 +203,7 @@ function isExecutable(path: string) {
 // lost file would be applied to the restored one, and Litestream's state beside it describes the lost
 // file; all go first. A replica that cannot be read stops the start: seeding then would bury the data.
 async function restoreIfMissing() {
-  const { db, state } = litestreamPaths()
+  const { db, state } = files
   if (existsSync(db)) return
   for (const path of [`${db}-wal`, `${db}-shm`, state]) rmSync(path, { recursive: true, force: true })
   console.log(`start: ${SQLITE_PATH} is missing; restoring it from ${shown(REPLICA_URL!)}`)
@@ -234,7 +225,7 @@ async function restoreIfMissing() {
 function replicate() {
   const [binary, args] = litestream('replicate', '-exec', [process.execPath, ...process.execArgv, dist('app.js')].map(quoted).join(' '))
   console.log(`start: serving ${SQLITE_PATH} under litestream replicate, to ${shown(REPLICA_URL!)}`)
-  process.execve!(binary, [binary, ...args], { ...process.env, WAL_AUTOCHECKPOINT: '0', LITESTREAM_SOCKET: litestreamPaths().socket })
+  process.execve!(binary, [binary, ...args], { ...process.env, ...environmentUnderLitestream(files.socket) })
 }
 
 // -exec is split into words the way a shell would: each word in single quotes.

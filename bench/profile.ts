@@ -5,7 +5,7 @@
 // Builds a source-mapped copy of the bundle (build.mjs --sourcemap), starts it on the server core with
 // the inspector on, loads it with wrk, and records a CPU profile of the measured window only (the
 // inspector's Profiler, started after the warm-up). Each sample is put in a category by its source
-// (the source map says which of hono, @hono/node-server and app.ts a bundle line came from) or by the
+// (the source map says which of hono, @hono/node-server, app.ts and server/ a bundle line came from) or by the
 // native function it is in; kernel time comes from /proc. Writes the .cpuprofile (open it in Chrome's
 // DevTools) and the summary to bench/results/.
 import { execFileSync } from 'node:child_process'
@@ -46,6 +46,7 @@ function categorize(frame: CallFrame, parent: string, map: SourceMap, bundle: st
     if (source.includes('/@hono/node-server/')) return '@hono/node-server'
     if (source.includes('/hono/')) return 'hono'
     if (source.endsWith('app.ts')) return 'app.ts'
+    if (source.includes('server/')) return 'server/'
     return `bundle: ${source}`
   }
   if (/node:_http_|node:internal\/http/.test(url)) return 'node:http'

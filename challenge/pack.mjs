@@ -9,12 +9,12 @@ const root = join(import.meta.dirname, '..')
 const outdir = process.argv[2] || join(root, 'dist', 'challenge', 'typescript-hono-node-sqlite')
 const FILES = {
   challenge: ['install.sh', 'build.sh', 'start.sh', 'README.md'],
-  '.': ['package.json', 'package-lock.json', '.npmrc', 'build.mjs', 'app.ts', 'seed.ts', 'start.ts', 'schema.sql'],
+  '.': ['package.json', 'package-lock.json', '.npmrc', 'build.mjs', 'app.ts', 'server', 'seed.ts', 'start.ts', 'schema.sql'],
 }
 
 rmSync(outdir, { recursive: true, force: true })
 mkdirSync(outdir, { recursive: true })
 for (const [dir, files] of Object.entries(FILES)) {
-  for (const file of files) cpSync(join(root, dir, file), join(outdir, file))
+  for (const file of files) cpSync(join(root, dir, file), join(outdir, file), { recursive: true })
 }
 console.log(`challenge submission in ${outdir}`)

@@ -109,7 +109,7 @@ describe('build.sh and start.sh, as the challenge runs them', () => {
   })
 
   test('packs a self-contained folder: the scripts, the README and the sources they build', () => {
-    for (const file of ['install.sh', 'build.sh', 'start.sh', 'README.md', 'package.json', 'package-lock.json', 'build.mjs', 'app.ts', 'schema.sql']) {
+    for (const file of ['install.sh', 'build.sh', 'start.sh', 'README.md', 'package.json', 'package-lock.json', 'build.mjs', 'app.ts', 'server/main.ts', 'schema.sql']) {
       assert.ok(existsSync(join(submission, file)), file)
     }
     assert.ok(existsSync(join(submission, 'dist', 'app.js')), 'build.sh wrote the bundle')

@@ -9,7 +9,7 @@ import { dirname, join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { startS3rver } from '../bench/lib.ts'
 import { contractTests, goldenTests } from './contract.ts'
-import { clusterLoad, freePort, freshSeededCopy, post, startServer, type Server, type Token } from './helpers.ts'
+import { clusterLoad, exchange, freePort, freshSeededCopy, post, startServer, type Server, type Token } from './helpers.ts'
 import { killEverything, LITESTREAM_ENV, NO_LITESTREAM } from './replication.ts'
 
 const seed = process.env.TEST_SEED_DB ?? ''
@@ -125,6 +125,19 @@ for (const store of ['a file replica', 's3rver'] as const) {
     test('a write without a valid token is refused on the follower, nothing sent', async () => {
       await expectError(await post(url(2), '/posts', 'not.a.jwt', { body: 'x' }), 401, 'invalid or expired token')
       await expectError(await fetch(`${url(2)}/posts/1/like`, { method: 'POST' }), 401, 'missing bearer token')
+    })
+
+    // Read whole before it was forwarded, a body of any size was taken by a follower: its tokens are public.
+    test('a body over 16 KB, to a like or a post, is a 413 on every node before it is read, as the primary answers', async () => {
+      for (const i of [1, 2, 0]) {
+        for (const path of ['/posts/5/like', '/posts']) {
+          const head = `POST ${path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${tokens[9400].token}\r\nContent-Type: application/json\r\nContent-Length: 20000000\r\n\r\n`
+          const answer = await exchange(Number(new URL(url(i)).port), `${head}{"body":"`, { timeoutMs: 3_000 })
+          assert.equal(answer.status, 413, `${path} on node ${'abc'[i]}: ${answer.raw.slice(0, 80) || 'no answer while the body was not sent'}`)
+          assert.equal(answer.body, '{"error":"request body must be at most 16 KB"}')
+          assert.equal(answer.headers.connection, 'close')
+        }
+      }
     })
 
     test("the primary stopped: followers serve reads, writes are 503, and both work again once it is back", async () => {

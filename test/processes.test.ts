@@ -1,9 +1,9 @@
-// More connections than one process has files for (app.ts): the built server, with no setting, takes
+// More connections than one process has files for (server/processes.ts): the built server, with no setting, takes
 // them all in as many processes as its open-file limit needs, and in one where one is enough.
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
 import { once } from 'node:events'
-import { writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -136,6 +136,45 @@ describe('more connections than one process has files for', () => {
         assert.doesNotMatch(server.output(), /is full|takes new connections/)
       } finally {
         await server.stop()
+      }
+    })
+  })
+
+  // npm start and the image run dist/start.js, which seeds if it must and then serves in its own
+  // process: the processes it adds run the server (dist/app.js), never start.js again, seed step and all.
+  describe('under npm start (dist/start.js)', () => {
+    const script = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').find((arg) => arg.endsWith('.js'))
+    const seedLines = (output: string) => output.split('\n').filter((line) => line.startsWith('seed: '))
+
+    test('past the open-file limit, every helper runs dist/app.js, and the seed step runs once', async () => {
+      const server = await startServer('prlimit', ['--nofile=256', process.execPath, 'dist/start.js'], { env: { SQLITE_PATH: db.path } })
+      try {
+        const sockets = await openConnections(Number(new URL(server.url).port), 600)
+        const [first, ...helpers] = processTree(server.child.pid!)
+        assert.ok(helpers.length >= 2, `${helpers.length} helpers for 600 connections`)
+        assert.equal(script(first), 'dist/start.js')
+        for (const helper of helpers) assert.match(script(helper) ?? '', /\/dist\/app\.js$/)
+        assert.deepEqual(seedLines(server.output()), [`seed: ${db.path} exists, serving it as it is`])
+        for (const socket of sockets) socket.destroy()
+        assert.equal(await server.stop('SIGTERM'), 0)
+      } finally {
+        server.child.kill('SIGKILL')
+      }
+    })
+
+    test('WORKERS=2: both workers run dist/app.js and answer; the seed step runs once', async () => {
+      const server = await startServer(process.execPath, ['dist/start.js'], { env: { SQLITE_PATH: db.path, WORKERS: '2' } })
+      try {
+        await until(() => server.output().split('listening on').length === 3, 10_000, 'both workers to listen')
+        const [primary, ...workers] = processTree(server.child.pid!)
+        assert.equal(script(primary), 'dist/start.js')
+        assert.equal(workers.length, 2)
+        for (const worker of workers) assert.match(script(worker) ?? '', /\/dist\/app\.js$/)
+        assert.deepEqual(seedLines(server.output()), [`seed: ${db.path} exists, serving it as it is`])
+        assert.equal((await fetch(`${server.url}/posts/1`)).status, 200)
+        assert.equal(await server.stop('SIGTERM'), 0)
+      } finally {
+        server.child.kill('SIGKILL')
       }
     })
   })

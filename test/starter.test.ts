@@ -1,0 +1,62 @@
+// app.ts as a starter: what the README's "Use app.ts as a starter" tells a copier to run, run as it is
+// written there, in an empty folder, with the project's Node; then the contract on a fresh seed.
+import assert from 'node:assert/strict'
+import { spawnSync } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { after, before, describe, test } from 'node:test'
+import { contractTests } from './contract.ts'
+import { freshSeededCopy, post, ROOT, startServer, type Server } from './helpers.ts'
+
+// The section's first sh block, with this checkout where it names the repository's folder.
+function starterCommands(): string[] {
+  const section = readFileSync(join(ROOT, 'README.md'), 'utf8').split('\n## Use `app.ts` as a starter\n')[1]
+  const block = /```sh\n([\s\S]*?)```/.exec(section ?? '')?.[1]
+  assert.ok(block, 'README.md has the section, with its commands')
+  return block.trim().split('\n').map((line) => line.replaceAll('../twelve-dollar-feed/', `${ROOT}/`))
+}
+
+describe('app.ts as a starter, copied as the README says', { timeout: 180_000 }, () => {
+  const folder = mkdtempSync(join(tmpdir(), 'starter-'))
+  const db = freshSeededCopy()
+  // The project's Node first on the PATH; npm from its cache when it has the packages (npm ci filled it).
+  const env = { PATH: `${dirname(process.execPath)}:${process.env.PATH}`, HOME: folder, npm_config_prefer_offline: 'true', npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' }
+  const commands = starterCommands()
+  let server: Server
+
+  before(async () => {
+    const setup = commands.slice(0, -1)
+    const run = spawnSync('bash', ['-euxc', setup.join('\n')], { cwd: folder, env: { ...env, npm_config_cache: join(process.env.HOME ?? '/root', '.npm') }, stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', timeout: 120_000 })
+    assert.equal(run.status, 0, `the README's commands (${run.error?.message ?? `exit ${run.status}`}):\n${run.stdout}${run.stderr}`)
+    const cd = /^mkdir (\S+) && cd \1$/.exec(setup[0])?.[1]
+    assert.ok(cd, `the first command makes the folder and enters it: ${setup[0]}`)
+    const [command, ...args] = commands.at(-1)!.split(' ')
+    server = await startServer(command, args, { cwd: join(folder, cd), env: { ...env, SQLITE_PATH: db.path, JWT_SECRET: 'twelve-dollar-challenge' } })
+  })
+
+  after(async () => {
+    await server?.stop()
+    db.remove()
+    rmSync(folder, { recursive: true, force: true })
+  })
+
+  test('the folder holds only what the README copied and installed', () => {
+    const dir = join(folder, commands[0].split(' ')[1])
+    const { dependencies } = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'))
+    const ours = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).dependencies
+    assert.deepEqual(dependencies, { hono: ours.hono, '@hono/node-server': ours['@hono/node-server'] })
+  })
+
+  test('a like is a 201 the first time', async () => {
+    const res = await post(server.url, '/posts/77/like', db.tokens[41].token)
+    assert.equal(res.status, 201)
+    assert.equal(await res.text(), '{"liked":true,"already_liked":false,"post_id":77}')
+  })
+
+  contractTests(() => ({ url: server.url, tokens: db.tokens }))
+
+  test('SIGTERM stops it with exit 0', async () => {
+    assert.equal(await server.stop('SIGTERM'), 0)
+  })
+})
