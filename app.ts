@@ -4,7 +4,7 @@
 import { serve, type HttpBindings } from '@hono/node-server'
 import { Hono, type Context, type Next } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
-import { verify } from 'hono/jwt'
+import { createHmac, createSecretKey, timingSafeEqual } from 'node:crypto'
 import { accessSync, chmodSync, constants, existsSync, mkdirSync, statfsSync, statSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
@@ -142,14 +142,14 @@ app.get('/posts/:id', (c) => {
 })
 
 app.post('/posts', limitBody, async (c) => {
-  const user = await authenticate(c.req.header('authorization'))
+  const user = authenticate(c.req.header('authorization'))
   const body = await readPostBody(c)
   const [{ json }] = (await write((db) => db.insertPost.all({ userId: user.id, body, author: user.username }))) as JsonRow[]
   return jsonResponse(201, json)
 })
 
 app.post('/posts/:id/like', limitBody, async (c) => {
-  const user = await authenticate(c.req.header('authorization'))
+  const user = authenticate(c.req.header('authorization'))
   const postId = parsePostId(c.req.param('id'))
   const { changes } = await write((db) => db.insertLike.run(user.id, postId))
   if (changes === 0 && !database().postExists.get(postId)) throw new ApiError(404, 'post not found')
@@ -205,27 +205,45 @@ function parsePostId(param: string): number {
   return id
 }
 
-// The key is imported once; every request still verifies its token.
-const jwtKey = await crypto.subtle.importKey(
-  'raw', new TextEncoder().encode(JWT_SECRET), { name: 'HMAC', hash: 'SHA-256' }, false, ['verify'],
-)
-
-// The user a request's `Authorization: Bearer <jwt>` names: HS256, signed with JWT_SECRET, unexpired.
-export async function authenticate(authorization: string | undefined): Promise<User> {
+// The user a request's `Authorization: Bearer <jwt>` names.
+export function authenticate(authorization: string | undefined): User {
   if (!authorization?.startsWith('Bearer ')) throw new ApiError(401, 'missing bearer token')
-  let claims
-  try {
-    claims = await verify(authorization.slice(7), jwtKey, 'HS256')
-  } catch {
-    throw new ApiError(401, 'invalid or expired token')
-  }
-  // hono/jwt checks exp only when the token has one; a token that never expires is refused.
-  if (typeof claims.exp !== 'number') throw new ApiError(401, 'invalid or expired token')
+  const claims = verifiedClaims(authorization.slice(7))
+  if (!claims) throw new ApiError(401, 'invalid or expired token')
   const { sub, username } = claims
   if (typeof sub !== 'string' || !DECIMAL.test(sub) || !Number.isSafeInteger(Number(sub)) || typeof username !== 'string') {
     throw new ApiError(401, 'invalid token payload')
   }
   return { id: Number(sub), username }
+}
+
+// HS256 checked on the event loop with node:crypto: WebCrypto's verify is a round trip to the
+// threadpool that costs a lone request more than the HMAC itself (BENCHMARKS.md, "Tokens"). The checks
+// are hono/jwt's: the signature, a header of HS256 (and JWT, if it names a type) with nothing critical,
+// nbf and iat passed where the token has them; and an exp still to come, which hono/jwt does not require.
+const jwtKey = createSecretKey(Buffer.from(JWT_SECRET))
+const JWT = /^([\w-]+={0,2})\.([\w-]+={0,2})\.([\w-]{43}=?)$/ // base64url parts, a 32-byte signature
+
+function verifiedClaims(token: string): Record<string, unknown> | undefined {
+  const parts = JWT.exec(token)
+  if (!parts) return undefined
+  const expected = createHmac('sha256', jwtKey).update(`${parts[1]}.${parts[2]}`).digest()
+  if (!timingSafeEqual(Buffer.from(parts[3], 'base64url'), expected)) return undefined
+  let header, claims
+  try {
+    header = JSON.parse(Buffer.from(parts[1], 'base64url').toString())
+    claims = JSON.parse(Buffer.from(parts[2], 'base64url').toString())
+  } catch {
+    return undefined
+  }
+  if (typeof header !== 'object' || header === null || header.alg !== 'HS256' || 'crit' in header) return undefined
+  if ('typ' in header && !(typeof header.typ === 'string' && header.typ.toLowerCase().replace(/^application\//, '') === 'jwt')) return undefined
+  if (typeof claims !== 'object' || claims === null) return undefined
+  const now = Math.floor(Date.now() / 1000)
+  const passed = (time: unknown) => time === undefined || (typeof time === 'number' && Number.isFinite(time) && time <= now)
+  if (!passed(claims.nbf) || !passed(claims.iat)) return undefined
+  if (typeof claims.exp !== 'number' || !Number.isFinite(claims.exp) || claims.exp <= now) return undefined
+  return claims
 }
 
 const utf8 = new TextDecoder('utf-8', { fatal: true })

@@ -239,7 +239,7 @@ export function follow(fetch: Fetch): Fetch {
 // The token is checked here before anything is sent (the primary checks it again), and the request
 // goes to the primary as it came.
 async function forward(c: Context) {
-  const user = await authenticate(c.req.header('authorization'))
+  const user = authenticate(c.req.header('authorization'))
   const body = await c.req.arrayBuffer()
   const headers: Record<string, string> = { authorization: c.req.header('authorization')! }
   const type = c.req.header('content-type')

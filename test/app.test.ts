@@ -1,5 +1,6 @@
 // The API's logic through app.request(), on a small database this file builds itself.
 import assert from 'node:assert/strict'
+import { createHmac } from 'node:crypto'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -172,6 +173,70 @@ describe('POST /posts', () => {
       const before = db.prepare('SELECT count(*) AS n FROM posts').get()
       await expectError(await post('/posts', { token: await tokenFor(77), ...json({ body: 'x' }) }), 401, 'invalid token payload')
       assert.deepEqual(db.prepare('SELECT count(*) AS n FROM posts').get(), before)
+    })
+
+    // The checks were hono/jwt's verify (on WebCrypto), with exp required on top; they are node:crypto's
+    // HMAC now, on the event loop. Both judge every token here alike: the same answer, or the same user.
+    test('judges tokens as hono/jwt verify did, exp required: 1,000 and more, signed and tampered', async () => {
+      const before = (await import('hono/jwt')).verify
+      const { authenticate } = await import('../app.ts')
+      const judge = (run: () => unknown) => {
+        try {
+          return JSON.stringify(run())
+        } catch (error) {
+          return (error as Error).message
+        }
+      }
+      const reference = async (token: string) => {
+        let claims
+        try {
+          claims = await before(token, SECRET, 'HS256')
+        } catch {
+          return 'invalid or expired token'
+        }
+        if (typeof claims.exp !== 'number') return 'invalid or expired token'
+        const { sub, username } = claims
+        if (typeof sub !== 'string' || !/^[1-9][0-9]*$/.test(sub) || !Number.isSafeInteger(Number(sub)) || typeof username !== 'string') return 'invalid token payload'
+        return JSON.stringify({ id: Number(sub), username })
+      }
+      const b64 = (text: string) => Buffer.from(text).toString('base64url')
+      const signed = (header: string, payload: string, secret = SECRET) =>
+        `${header}.${payload}.${createHmac('sha256', secret).update(`${header}.${payload}`).digest('base64url')}`
+      const t = now()
+      const headers = ['{"alg":"HS256","typ":"JWT"}', '{"alg":"HS256"}', '{"typ":"JWT","alg":"HS256"}', '{"alg":"HS256","typ":"jwt"}', '{"alg":"HS256","typ":"application/JWT"}',
+        '{"alg":"HS256","typ":"JOSE"}', '{"alg":"HS256","typ":5}', '{"alg":"HS256","crit":["x"]}', '{"alg":"HS384"}', '{"alg":"none"}', '{"alg":"hs256"}', '{}', '[]', 'null', '1', '"HS256"', 'not json']
+      const payloads = [
+        { sub: '1', username: 'alice', iat: t, exp: t + 60 }, { sub: '2', username: 'bob', exp: t + 3600 }, { sub: '3', username: 'c', exp: t }, { sub: '1', username: 'a', exp: t - 1 },
+        { sub: '1', username: 'a' }, { sub: '1', username: 'a', exp: `${t + 60}` }, { sub: '1', username: 'a', exp: t + 60.5 }, { sub: '1', username: 'a', exp: 1e308 },
+        { sub: '1', username: 'a', exp: t + 60, nbf: t + 30 }, { sub: '1', username: 'a', exp: t + 60, nbf: t }, { sub: '1', username: 'a', exp: t + 60, nbf: 'soon' },
+        { sub: '1', username: 'a', exp: t + 60, iat: t + 30 }, { sub: '1', username: 'a', exp: t + 60, iat: null }, { sub: 1, username: 'a', exp: t + 60 },
+        { sub: '01', username: 'a', exp: t + 60 }, { sub: '9007199254740993', username: 'a', exp: t + 60 }, { sub: '7', exp: t + 60 }, { sub: '7', username: ['x'], exp: t + 60 },
+        null, [], 42, 'text',
+      ].map((p) => JSON.stringify(p))
+      const tokens: string[] = []
+      for (const header of headers) {
+        for (const payload of payloads) {
+          const good = signed(b64(header), b64(payload))
+          const [h, p, sig] = good.split('.')
+          tokens.push(good, `${good}=`, `${good}==`, signed(b64(header), b64(payload), 'another secret'), `${h}.${p}.${sig.slice(0, -1)}`, `${h}.${p}.${sig}A`,
+            `${h}.${b64(payload.replace('a', 'b'))}.${sig}`, `${h}.${p}`, `${good}.x`, `${h}..${sig}`, `.${p}.${sig}`, `${h}.${p}.${sig.replace(/[A-Za-z]/, '*')}`)
+        }
+      }
+      tokens.push('', '.', '..', 'a.b.c', signed(b64('{"alg":"HS256"}'), Buffer.from([0xff, 0xfe, 0x7b]).toString('base64url')))
+      assert.ok(tokens.length > 1000, `${tokens.length} tokens`)
+      for (const token of tokens) {
+        assert.equal(judge(() => authenticate(`Bearer ${token}`)), await reference(token), `token ${token}`)
+      }
+    })
+
+    // hono/jwt decoded the first two parts with atob, which also takes standard base64 and spaces.
+    test('refuses a signed token whose header or payload is not base64url, which hono/jwt took', async () => {
+      const { authenticate } = await import('../app.ts')
+      const payload = Buffer.from(JSON.stringify({ sub: '1', username: 'alice>?', exp: now() + 60 })).toString('base64')
+      assert.match(payload, /[+/=]/)
+      const header = Buffer.from('{"alg":"HS256"}').toString('base64url')
+      const token = `${header}.${payload}.${createHmac('sha256', SECRET).update(`${header}.${payload}`).digest('base64url')}`
+      assert.throws(() => authenticate(`Bearer ${token}`), /invalid or expired token/)
     })
 
     test('checks the token before the body', async () => {
