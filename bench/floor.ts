@@ -1,7 +1,10 @@
 // The floor: what our stack costs with nothing of ours around the SQL. A bare node:http server, one
 // node:sqlite connection (WAL, synchronous=NORMAL), app.ts's own statements (read out of its source, so
 // the two cannot drift apart), tokens checked with node:crypto's HMAC, each write in its own autocommit,
-// no framework. It answers what the benchmark sends exactly as ours does; anything else is a bare 404.
+// no framework. It answers what the benchmark sends exactly as ours does, and the refusals the
+// benchmark's requests can meet (a missing or bad token, a post that is not there, a malformed id or
+// body) with ours' status and body; any other path is a bare 404, and what throws a 500, as ours: every
+// answer framed by a Content-Length, which is what bench/users.ts reads.
 //
 //   SQLITE_PATH=feed.db PORT=3000 node bench/floor.ts
 import { createHmac, timingSafeEqual } from 'node:crypto'
@@ -38,15 +41,20 @@ function answer(res: ServerResponse, status: number, body: string) {
 const DECIMAL = /^[1-9][0-9]*$/
 
 // HS256 only, checked by hand: the signature, exp, and the claims the writes use.
+// A token that is not JSON where it should be is no user either, as in ours.
 function user(req: IncomingMessage): { id: number; username: string } | undefined {
-  const [header, payload, signature] = req.headers.authorization?.slice(7).split('.') ?? []
-  if (!signature || JSON.parse(Buffer.from(header, 'base64url').toString()).alg !== 'HS256') return undefined
-  const expected = createHmac('sha256', SECRET).update(`${header}.${payload}`).digest()
-  const given = Buffer.from(signature, 'base64url')
-  if (given.length !== expected.length || !timingSafeEqual(given, expected)) return undefined
-  const claims = JSON.parse(Buffer.from(payload, 'base64url').toString())
-  if (!(claims.exp > Date.now() / 1000) || !DECIMAL.test(claims.sub) || typeof claims.username !== 'string') return undefined
-  return { id: Number(claims.sub), username: claims.username }
+  try {
+    const [header, payload, signature] = req.headers.authorization!.slice(7).split('.')
+    if (!signature || JSON.parse(Buffer.from(header, 'base64url').toString()).alg !== 'HS256') return undefined
+    const expected = createHmac('sha256', SECRET).update(`${header}.${payload}`).digest()
+    const given = Buffer.from(signature, 'base64url')
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) return undefined
+    const claims = JSON.parse(Buffer.from(payload, 'base64url').toString())
+    if (!(claims.exp > Date.now() / 1000) || !DECIMAL.test(claims.sub) || typeof claims.username !== 'string') return undefined
+    return { id: Number(claims.sub), username: claims.username }
+  } catch {
+    return undefined
+  }
 }
 
 async function route(req: IncomingMessage, res: ServerResponse) {
@@ -54,27 +62,43 @@ async function route(req: IncomingMessage, res: ServerResponse) {
   if (req.method === 'GET' && first === 'feed' && id === undefined) return answer(res, 200, (feed.get() as { json: string }).json)
   if (first !== 'posts') return answer(res, 404, '{"error":"not found"}')
   if (req.method === 'GET' && id !== undefined && last === undefined) {
-    const row = DECIMAL.test(id) ? (post.get(Number(id)) as { json: string } | undefined) : undefined
+    if (!DECIMAL.test(id)) return answer(res, 400, '{"error":"invalid post id"}')
+    const row = post.get(Number(id)) as { json: string } | undefined
     return row ? answer(res, 200, row.json) : answer(res, 404, '{"error":"post not found"}')
   }
-  if (req.method !== 'POST') return answer(res, 404, '{"error":"not found"}')
+  if (req.method !== 'POST' || (id !== undefined && last !== 'like')) return answer(res, 404, '{"error":"not found"}')
+  if (!req.headers.authorization?.startsWith('Bearer ')) return answer(res, 401, '{"error":"missing bearer token"}')
   const who = user(req)
   if (!who) return answer(res, 401, '{"error":"invalid or expired token"}')
   if (id === undefined) {
     let text = ''
     for await (const chunk of req) text += chunk
-    const body = String(JSON.parse(text).body ?? '').trim()
+    let input
+    try {
+      input = JSON.parse(text)
+    } catch {
+      return answer(res, 400, '{"error":"malformed JSON body"}')
+    }
+    const body = typeof input?.body === 'string' ? input.body.trim() : ''
+    if (!body) return answer(res, 400, '{"error":"body is required"}')
+    if (body.length > 500 && [...body].length > 500) return answer(res, 400, '{"error":"body must be at most 500 characters"}')
     const [{ json }] = insertPost.all({ userId: who.id, body, author: who.username }) as { json: string }[]
     return answer(res, 201, json)
   }
-  if (last !== 'like' || !DECIMAL.test(id)) return answer(res, 404, '{"error":"not found"}')
+  if (!DECIMAL.test(id)) return answer(res, 400, '{"error":"invalid post id"}')
   const postId = Number(id)
   const { changes } = insertLike.run(who.id, postId)
   if (!changes && !postExists.get(postId)) return answer(res, 404, '{"error":"post not found"}')
   answer(res, changes ? 201 : 200, `{"liked":true,"already_liked":${!changes},"post_id":${postId}}`)
 }
 
-const server = createServer({ keepAliveTimeout: 65_000 }, (req, res) => void route(req, res))
+// What throws is a 500, as ours answers it, and the process goes on: an unhandled rejection would end it.
+function failed(res: ServerResponse, error: unknown) {
+  console.error(error)
+  if (!res.headersSent) answer(res, 500, '{"error":"internal server error"}')
+}
+
+const server = createServer({ keepAliveTimeout: 65_000 }, (req, res) => route(req, res).catch((error) => failed(res, error)))
 server.listen(Number(process.env.PORT ?? 0), process.env.HOST ?? '127.0.0.1', () => {
   const { address, port } = server.address() as { address: string; port: number }
   console.log(`listening on http://${address}:${port}`)

@@ -108,18 +108,26 @@ describe('bench/floor.ts', () => {
   })
   const ask = (server: Server, bytes: string) => exchange(Number(new URL(server.url).port), bytes)
 
-  test('answers the goldens, a like twice and a new post as ours does, headers included', async () => {
+  // Every answer framed by a Content-Length where ours has one (bench/users.ts reads nothing else),
+  // the refusals the benchmark's requests can meet included.
+  test('answers the goldens, a like twice, a new post and the refusals as ours does, headers included', async () => {
     const token = db.tokens[0].token
+    const post = (path: string, auth: string, body = '') =>
+      `POST ${path} HTTP/1.1\r\nHost: t\r\n${auth && `Authorization: Bearer ${auth}\r\n`}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
     const requests = [
       'GET /feed HTTP/1.1\r\nHost: t\r\n\r\n', 'GET /posts/1 HTTP/1.1\r\nHost: t\r\n\r\n', 'GET /posts/500001 HTTP/1.1\r\nHost: t\r\n\r\n',
-      `POST /posts/7/like HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${token}\r\nContent-Length: 0\r\n\r\n`,
-      `POST /posts/7/like HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${token}\r\nContent-Length: 0\r\n\r\n`,
-      `POST /posts HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${token}\r\nContent-Length: 18\r\n\r\n{"body":" hello "}`,
+      post('/posts/7/like', token), post('/posts/7/like', token), post('/posts', token, '{"body":" hello "}'),
+      // The refusals: no such post, a malformed id, no token, a bad token, a malformed or empty body.
+      post('/posts/900000/like', token), post('/posts/x7/like', token), 'GET /posts/x7 HTTP/1.1\r\nHost: t\r\n\r\n',
+      post('/posts/7/like', ''), post('/posts/7/like', `${token.slice(0, -4)}AAAA`), post('/posts/7/like', 'a.b.c'),
+      post('/posts', token, '{"body"'), post('/posts', token, '{"body":"  "}'), 'GET /nothing HTTP/1.1\r\nHost: t\r\n\r\n',
     ]
     const withoutDate = (raw: string) => raw.replace(/^date: .*\r\n/im, '').replace(/"id":500001,(.*)"created_at":"[^"]+"/, '"id":500001,$1"created_at":"…"')
     for (const bytes of requests) {
       const [mine, theirs] = [await ask(ours, bytes), await ask(floor, bytes)]
       assert.equal(withoutDate(theirs.raw).toLowerCase(), withoutDate(mine.raw).toLowerCase(), bytes.split('\r\n')[0])
+      assert.equal(theirs.headers['content-length'], String(theirs.bodyBytes), bytes.split('\r\n')[0])
+      assert.equal(theirs.headers['transfer-encoding'], undefined)
     }
   })
 
