@@ -123,6 +123,62 @@ export function processTree(pid: number): number[] {
 }
 
 export const treeCpuTicks = (pid: number) => processTree(pid).reduce((sum, p) => sum + cpuTicks(p).total, 0)
+
+// utime and stime of the process tree, all threads, in clock ticks: the user and kernel sides apart.
+export function treeCpu(pid: number): { user: number; system: number } {
+  const sum = { user: 0, system: 0 }
+  for (const p of processTree(pid)) {
+    try {
+      const { user, system } = cpuTicks(p)
+      sum.user += user
+      sum.system += system
+    } catch {} // gone meanwhile
+  }
+  return sum
+}
+
+// Context switches of every thread of the process tree (/proc/<pid>/task/*/status): voluntary (the thread
+// waited: epoll_wait, a futex, I/O) and involuntary (the scheduler took the core from it). A thread that
+// ends between two readings takes its count with it; Node's threads live as long as the process.
+export function treeSwitches(pid: number): { voluntary: number; involuntary: number } {
+  const sum = { voluntary: 0, involuntary: 0 }
+  for (const p of processTree(pid)) {
+    let tasks: string[] = []
+    try {
+      tasks = readdirSync(`/proc/${p}/task`)
+    } catch {} // gone meanwhile
+    for (const task of tasks) {
+      try {
+        const status = readFileSync(`/proc/${p}/task/${task}/status`, 'utf8')
+        sum.voluntary += Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(status)![1])
+        sum.involuntary += Number(/^nonvoluntary_ctxt_switches:\s+(\d+)/m.exec(status)![1])
+      } catch {} // a thread that ended meanwhile
+    }
+  }
+  return sum
+}
+
+// Every syscall the processes' threads enter from now until stop(), counted by perf on the load core
+// (`perf stat -e raw_syscalls:sys_enter -p <pids>`, as bench/instructions.ts counts them). Where perf is
+// missing or cannot count here, stop() gives no count and says why, and nothing fails. Counting costs
+// each syscall a little kernel time, which the server's sys time includes.
+export function countSyscalls(pids: number[]): { stop: () => Promise<{ count?: number; note?: string }> } {
+  if (spawnSync('which', ['perf']).status !== 0) return { stop: async () => ({ note: 'perf is not installed (apt-get install linux-perf)' }) }
+  const perf = spawn('taskset', ['-c', LOAD_CORE, 'perf', 'stat', '-x,', '-e', 'raw_syscalls:sys_enter', '-p', pids.join(',')], { stdio: ['ignore', 'ignore', 'pipe'] })
+  let output = ''
+  perf.stderr!.on('data', (chunk) => (output += chunk))
+  const exited = once(perf, 'exit').catch(() => {})
+  return {
+    stop: async () => {
+      if (perf.exitCode === null && perf.signalCode === null) perf.kill('SIGINT')
+      const timer = setTimeout(() => perf.kill('SIGKILL'), 10_000)
+      await exited
+      clearTimeout(timer)
+      const count = Number(/^(\d+),[^,]*,raw_syscalls:sys_enter/m.exec(output)?.[1])
+      return count > 0 ? { count } : { note: `perf counted nothing here: ${output.trim().split('\n')[0] || `it exited with ${perf.exitCode ?? perf.signalCode}`}` }
+    },
+  }
+}
 export const treeMemoryKb = (pid: number, field: 'VmHWM' | 'VmRSS') => processTree(pid).reduce((sum, p) => sum + memoryKb(p, field), 0)
 
 // The Node flags the image runs with: the benchmark measures the server as it is shipped.

@@ -5,6 +5,7 @@ import { execFileSync, spawnSync } from 'node:child_process'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
+import { countSyscalls, treeCpu, treeSwitches } from '../bench/lib.ts'
 import { k6Percentile } from '../bench/score.ts'
 import { send, sequence } from '../bench/sequence.ts'
 import { exchange, freshSeededCopy, ROOT, startServer, type Server } from './helpers.ts'
@@ -75,6 +76,26 @@ describe('bench/users.ts', () => {
     const result = users(ceiling.url)
     assert.ok(result.errors.body > 0, 'posts, likes and creates get a feed body from the ceiling')
     assert.ok(result.answered < result.sent)
+  })
+})
+
+// What the users holds read of the server over their window (bench/run.ts): every thread's CPU and
+// context switches from /proc, and its syscalls from perf, or why perf could not count them.
+describe('bench/lib.ts', () => {
+  test('reads a server\'s CPU, context switches and syscalls over a window of requests', async () => {
+    const pid = app.child.pid!
+    const perf = countSyscalls([pid])
+    await new Promise((resolve) => setTimeout(resolve, 500)) // perf attaches to every thread
+    const [cpu, switches] = [treeCpu(pid), treeSwitches(pid)]
+    // Enough for a few of the clock's ticks of CPU time (10 ms each) on a server the tests above warmed up.
+    await send(Number(new URL(app.url).port), sequence('mix', 1_000, db.tokens.map((t) => t.token)))
+    const [cpuAfter, switchesAfter] = [treeCpu(pid), treeSwitches(pid)]
+    const syscalls = await perf.stop()
+    assert.ok(cpuAfter.user + cpuAfter.system > cpu.user + cpu.system, 'CPU time went up')
+    // One request at a time: the server waits in epoll_wait for most, each wait a voluntary switch.
+    assert.ok(switchesAfter.voluntary - switches.voluntary >= 500, `${switchesAfter.voluntary - switches.voluntary} voluntary switches`)
+    if (syscalls.count === undefined) assert.match(syscalls.note!, /perf/)
+    else assert.ok(syscalls.count >= 3 * 1_000, `${syscalls.count} syscalls`) // a read, a write and an epoll_wait at least
   })
 })
 
