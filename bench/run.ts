@@ -1,8 +1,10 @@
-// npm run bench: what the challenge scores, on one core of this machine, against the Node ceiling
-// measured in the same run. See bench/README.md for how to read it.
+// npm run bench: what the challenge scores, on one core of this machine. First the users holds: 15,000
+// users (each a keep-alive connection sending a request every 9 s or so, so that each request arrives
+// alone), held by ours, by ours on a second server (the A/A) and by the floor, alternating rounds; then
+// each endpoint at saturation, against the Node ceiling measured in the same run. See bench/README.md.
 //
-//   npm run bench [-- --quick] [--only feed,mix] [--hold 5m] [--connections 15000] [--workers 1] [--record]
-//                    [--rounds 3] [--against <git ref>] [--flags=<node flags>] [--against-flags=<node flags>]
+//   npm run bench [-- --quick] [--only feed,mix] [--hold 5m] [--ramp 60s] [--connections 15000] [--workers 1]
+//                    [--record] [--rounds 3] [--against <git ref>] [--flags=<node flags>] [--against-flags=<node flags>]
 //                    [--against-node <version>] [--replicate [--sync-wait] [--s3]]
 //   npm run bench -- --box [--rounds 3]       one box: the mix and the write ceiling, one process on one
 //                                             core against WORKERS=2 on both
@@ -16,12 +18,12 @@ import { cpus, release, totalmem } from 'node:os'
 import { basename, dirname, join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { renderChart } from './chart.ts'
-import { CACHE, cpuTicks, ensureTools, LITESTREAM, LOAD_CORE, log, memoryCgroup, nodeRelease, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startS3rver, startServer, TICK_US, treeCpuTicks, treeMemoryKb, usersGenerator, wrk, WORKDIR, type Seed, type Server } from './lib.ts'
+import { CACHE, countSyscalls, cpuTicks, ensureTools, LITESTREAM, LOAD_CORE, log, memoryCgroup, nodeRelease, processTree, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, startS3rver, startServer, TICK_US, treeCpu, treeCpuTicks, treeMemoryKb, treeSwitches, usersGenerator, wrk, WORKDIR, type Seed, type Server } from './lib.ts'
 
 const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
-// New users a second while the users connect: k6 ramps to any level in 60 s, which is 1,667 a second
-// at 100,000 users; an instant flood of connections would only measure the listen queue.
-const ARRIVALS_PER_S = 2_000
+// Users per generator, and so per loopback address of the server: one client address may open about
+// 28,000 connections to one server address and port, and one process of ours holds about 19,900.
+const PER_GENERATOR = 18_000
 
 const { values: args } = parseArgs({
   options: {
@@ -30,7 +32,8 @@ const { values: args } = parseArgs({
     hold: { type: 'string' },
     connections: { type: 'string' },
     record: { type: 'boolean', default: false },
-    rounds: { type: 'string', default: '1' },
+    rounds: { type: 'string' },
+    ramp: { type: 'string' },
     against: { type: 'string' },
     flags: { type: 'string' },
     workers: { type: 'string', default: '0' }, // as shipped: one process, more only past its open-file limit
@@ -70,8 +73,12 @@ const QUICK = args.quick
 const WARMUP_S = QUICK ? 1 : 2
 const MEASURE_S = QUICK ? 3 : 10
 const CONNECTIONS = Number(args.connections ?? (QUICK ? 2_000 : 15_000))
-const HOLD_S = parseDuration(args.hold ?? (QUICK ? '15s' : '60s'))
-const ROUNDS = Number(args.rounds)
+// The users hold: the users arrive evenly over the ramp, each running its loop from its arrival as a k6
+// user does; the hold after the ramp is what is measured.
+const RAMP_S = parseDuration(args.ramp ?? (QUICK ? '10s' : '60s'))
+const HOLD_S = parseDuration(args.hold ?? (QUICK ? '15s' : '90s'))
+const ROUNDS = Number(args.rounds ?? 1) // of the saturation runs
+const USER_ROUNDS = Number(args.rounds ?? (QUICK ? 1 : 2)) // of the users holds
 const color = (code: number) => (text: string) => (process.stdout.isTTY ? `\x1b[${code}m${text}\x1b[0m` : text)
 const red = color(31)
 const green = color(32)
@@ -216,61 +223,86 @@ function saturation(variant: Variant | 'ceiling', endpoint: Endpoint, result: Aw
 }
 
 type Hold = {
-  connections: number; rate: number; seconds: number; sent: number; answered: number; errors: number; error_example: string
-  connect_failed: number; p50_ms: number; p95_ms: number; p99_ms: number; max_ms: number
-  rss_base_mb: number; rss_idle_mb: number; rss_peak_mb: number; kb_per_idle_connection: number
-  cpu_us: number; generator_cpu: number; pass: boolean
+  variant: string; round: number; connections: number; seconds: number; sent: number; answered: number; rate: number
+  errors: number; error_example: string; connect_failed: number; p50_ms: number; p95_ms: number; p99_ms: number; max_ms: number
+  // A request's cost over the hold: CPU (user, kernel, both) in us, context switches, syscalls (undefined without perf).
+  cpu_us: number; user_us: number; sys_us: number; voluntary_switches: number; involuntary_switches: number; switches: number; syscalls?: number
+  server_cpu: number; rss_idle_mb: number; rss_start_mb: number; rss_peak_mb: number; kb_per_connection: number
+  generator_cpu: number; pass: boolean; perf_note?: string
 }
 
-// One users generator (bench/users.ts) on the load core.
-const generator = (url: string, connections: number, tokens: string, latencies: string) =>
-  usersGenerator({ url, connections, tokens, latencies, idle: 5, hold: HOLD_S, ramp: CONNECTIONS / ARRIVALS_PER_S })
+// A deadline on every wait for a generator: a server that stops answering must not hang the run.
+function within<T>(promise: Promise<T>, seconds: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: nothing after ${fmt(seconds)} s`)), seconds * 1000)))
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer))
+}
 
-// N users on N keep-alive connections, each running the k6 loop (N x 0.106 requests a second).
-// One process of ours may hold about 19,900 connections here, and one client address may open about
-// 28,000 to one server address and port: past 18,000 users, several generators share them, each to
-// its own loopback address of the server (127.0.0.1, .2, ...; binding the clients instead makes the
-// kernel's search for a free port slower with every connection).
-async function holdUsers(variant: Variant, seed: Seed, cgroup?: string): Promise<Hold> {
-  const count = Math.ceil(CONNECTIONS / 18_000)
+// N users, each on its own keep-alive connection running the k6 loop (N x 0.106 requests a second), on a
+// fresh server with a fresh copy of the seed, after the saturation warm-up: they arrive evenly over the
+// ramp, each looping from its arrival; then the hold is measured from the server's process tree (CPU
+// user and system of every thread, context switches of every thread, syscalls by perf, RSS) and from
+// the generators (every answer checked and timed). Past 18,000 users, several generators share them,
+// each to its own loopback address of the server (127.0.0.1, .2, ...; binding the clients instead makes
+// the kernel's search for a free port slower with every connection).
+async function holdUsers(variant: Variant, seed: Seed, round: number, cgroup?: string): Promise<Hold> {
+  const count = Math.ceil(CONNECTIONS / PER_GENERATOR)
   const server = await serve(variant, seed, cgroup, count > 1 ? '0.0.0.0' : '127.0.0.1')
+  const generators: (ReturnType<typeof usersGenerator> & { latencies: string })[] = []
+  let sampler: NodeJS.Timeout | undefined
   try {
+    if (isReplicated(variant)) await firstSnapshot(server)
     await wrk(server.url, 'mix', WARMUP_S, seed.tokens)
     await new Promise((resolve) => setTimeout(resolve, 1000))
-    const rssBase = treeMemoryKb(server.pid, 'VmRSS')
-    const generators = Array.from({ length: count }, (_, i) => {
+    const rssIdle = treeMemoryKb(server.pid, 'VmRSS')
+    for (let i = 0; i < count; i++) {
       const share = Math.floor(CONNECTIONS / count) + (i < CONNECTIONS % count ? 1 : 0)
       const url = server.url.replace('127.0.0.1', `127.0.0.${1 + i}`)
       const latencies = join(CACHE, `latencies-${process.pid}-${i}.json`)
-      return { latencies, ...generator(url, share, seed.tokens, latencies) }
-    })
-    const connected = await Promise.all(generators.map((g) => g.next('connected')))
+      generators.push({ latencies, ...usersGenerator({ url, connections: share, tokens: seed.tokens, latencies, idle: 0, hold: HOLD_S, ramp: RAMP_S, loopOnArrival: true }) })
+    }
+    const connected = await within(Promise.all(generators.map((g) => g.next('connected'))), RAMP_S + 120, `the users of ${variant.name} arriving`)
+    // Every user has arrived: the generators measure from now (no idle time), and so does this.
+    const perf = countSyscalls(processTree(server.pid))
+    const cpuBefore = treeCpu(server.pid)
+    const switchesBefore = treeSwitches(server.pid)
+    const started = performance.now()
+    const rssStart = treeMemoryKb(server.pid, 'VmRSS')
+    let rssPeak = rssStart
+    sampler = setInterval(() => {
+      try {
+        rssPeak = Math.max(rssPeak, treeMemoryKb(server.pid, 'VmRSS'))
+      } catch {} // a worker gone meanwhile
+    }, 500)
     const open = connected.reduce((sum, c) => sum + c.connections, 0)
     const failedToConnect = connected.reduce((sum, c) => sum + c.failed, 0)
-    log(`bench: ${fmt(open)} connections open (${count} generator${count > 1 ? 's' : ''}); measuring idle memory`)
-    await new Promise((resolve) => setTimeout(resolve, 4000))
-    const rssIdle = treeMemoryKb(server.pid, 'VmRSS')
-    let rssPeak = rssIdle
-    const sampler = setInterval(() => (rssPeak = Math.max(rssPeak, treeMemoryKb(server.pid, 'VmRSS'))), 1000)
-    const ticks = treeCpuTicks(server.pid)
-    log(`bench: holding for ${HOLD_S} s, the k6 loop on every connection (about ${fmt(CONNECTIONS * USER_RATE)} requests/s)`)
-    const results = await Promise.all(generators.map((g) => g.next('done')))
+    log(`bench: ${fmt(open)} users have arrived (${count} generator${count > 1 ? 's' : ''}); measuring ${fmt(HOLD_S)} s (about ${fmt(open * USER_RATE)} requests/s)`)
+    const results = await within(Promise.all(generators.map((g) => g.next('done'))), HOLD_S + 60, `the hold of ${variant.name}`)
+    const cpuAfter = treeCpu(server.pid)
+    const switchesAfter = treeSwitches(server.pid)
+    const wallS = (performance.now() - started) / 1000
     clearInterval(sampler)
-    const cpuUs = (treeCpuTicks(server.pid) - ticks) * TICK_US
+    rssPeak = Math.max(rssPeak, treeMemoryKb(server.pid, 'VmRSS'))
+    const syscalls = await perf.stop()
     // Percentiles over every request of every generator, not averages of theirs.
     const latencies = generators.flatMap((g) => JSON.parse(readFileSync(g.latencies, 'utf8')) as number[]).sort((a, b) => a - b)
-    for (const g of generators) rmSync(g.latencies, { force: true })
     const at = (p: number) => latencies[Math.min(latencies.length - 1, Math.floor((p / 100) * latencies.length))] ?? 0
     const sum = (key: string) => results.reduce((total, r) => total + r[key], 0)
     const errorCount = results.reduce((total, r) => total + r.errors.status + r.errors.body + r.errors.closed + r.errors.connect + r.unanswered, 0) + failedToConnect
     const sent = sum('sent')
+    const answered = Math.max(1, sum('answered'))
     const seconds = Math.max(...results.map((r) => r.seconds))
+    const [userUs, sysUs] = [(cpuAfter.user - cpuBefore.user) * TICK_US, (cpuAfter.system - cpuBefore.system) * TICK_US]
+    const voluntary = (switchesAfter.voluntary - switchesBefore.voluntary) / answered
+    const involuntary = (switchesAfter.involuntary - switchesBefore.involuntary) / answered
     return {
+      variant: variant.name,
+      round,
       connections: open,
-      rate: sent / seconds,
       seconds,
       sent,
       answered: sum('answered'),
+      rate: sum('answered') / seconds,
       errors: errorCount,
       // The failures that carry no answer to show: connections that never opened, requests never answered.
       error_example: results.map((r) => r.errors.example).find(Boolean) ?? [
@@ -282,18 +314,48 @@ async function holdUsers(variant: Variant, seed: Seed, cgroup?: string): Promise
       p95_ms: at(95),
       p99_ms: at(99),
       max_ms: latencies.at(-1) ?? 0,
-      rss_base_mb: rssBase / 1024,
+      cpu_us: (userUs + sysUs) / answered,
+      user_us: userUs / answered,
+      sys_us: sysUs / answered,
+      voluntary_switches: voluntary,
+      involuntary_switches: involuntary,
+      switches: voluntary + involuntary,
+      syscalls: syscalls.count === undefined ? undefined : syscalls.count / answered,
+      perf_note: syscalls.note,
+      server_cpu: (userUs + sysUs) / (wallS * 1e6),
       rss_idle_mb: rssIdle / 1024,
+      rss_start_mb: rssStart / 1024,
       rss_peak_mb: rssPeak / 1024,
-      kb_per_idle_connection: (rssIdle - rssBase) / Math.max(1, open),
-      cpu_us: cpuUs / Math.max(1, sum('answered')),
+      kb_per_connection: (rssStart - rssIdle) / Math.max(1, open),
       generator_cpu: Math.max(...results.map((r) => r.generator_cpu)),
       // The challenge's pass line for a level.
       pass: at(95) < 500 && at(99) < 1000 && errorCount / Math.max(1, sent) < 0.01 && failedToConnect === 0,
     }
   } finally {
+    clearInterval(sampler)
+    for (const g of generators) {
+      g.kill()
+      rmSync(g.latencies, { force: true })
+    }
     await server.stop()
   }
+}
+
+// Every variant of the users comparison, once a round, each on a fresh server, one after another; the
+// order reversed every other round, so that drift over a round hits the first and the last alike.
+async function usersComparison(variants: Variant[], seed: Seed, cgroup?: string): Promise<Hold[]> {
+  const holds: Hold[] = []
+  const perHoldS = 2 + WARMUP_S + 1 + RAMP_S + HOLD_S + 2
+  const total = USER_ROUNDS * variants.length
+  for (let round = 0; round < USER_ROUNDS; round++) {
+    const order = round % 2 ? [...variants].reverse() : variants
+    for (const variant of order) {
+      const left = (total - holds.length) * perHoldS
+      log(`bench: users ${round + 1}/${USER_ROUNDS}: ${variant.name}: ${fmt(CONNECTIONS)} users arriving over ${fmt(RAMP_S)} s, then ${fmt(HOLD_S)} s measured (about ${Math.ceil(left / 60)} min left of the users holds)`)
+      holds.push(await holdUsers(variant, seed, round + 1, cgroup))
+    }
+  }
+  return holds
 }
 
 // --- Reporting ------------------------------------------------------------------------------------
@@ -343,7 +405,86 @@ function printTable(rows: Summary[], c0: number) {
   for (const l of lines) console.log(row(l))
 }
 
-function recordInBenchmarks(result: Record<string, any>, rows: Summary[], hold: Hold | undefined, c0: number) {
+// --- The users holds' report ---------------------------------------------------------------------
+
+// Columns, the first one or two left-aligned and the rest right-aligned, colours not counted.
+function printColumns(header: string[], lines: string[][], left = 1) {
+  const visible = (s: string) => s.replace(/\x1b\[\d+m/g, '').length
+  const widths = header.map((h, i) => Math.max(visible(h), ...lines.map((l) => visible(l[i]))))
+  const row = (cells: string[]) => cells.map((c, i) => (i < left ? c + ' '.repeat(widths[i] - visible(c)) : ' '.repeat(widths[i] - visible(c)) + c)).join('  ').trimEnd()
+  console.log(row(header))
+  for (const l of lines) console.log(row(l))
+}
+
+// Each variant's medians over its rounds.
+function summarizeHolds(holds: Hold[], variant: string) {
+  const mine = holds.filter((h) => h.variant === variant)
+  const pick = (key: keyof Hold) => median(mine.map((h) => h[key] as number))
+  const syscalls = mine.map((h) => h.syscalls).filter((n): n is number => n !== undefined)
+  return {
+    variant, rounds: mine.length, rate: pick('rate'), cpu_us: pick('cpu_us'), user_us: pick('user_us'), sys_us: pick('sys_us'), server_cpu: pick('server_cpu'),
+    switches: pick('switches'), voluntary_switches: pick('voluntary_switches'), involuntary_switches: pick('involuntary_switches'),
+    syscalls: syscalls.length ? median(syscalls) : undefined,
+    rss_idle_mb: pick('rss_idle_mb'), rss_peak_mb: pick('rss_peak_mb'), kb_per_connection: pick('kb_per_connection'),
+    p50_ms: pick('p50_ms'), p95_ms: pick('p95_ms'), p99_ms: pick('p99_ms'),
+    errors: mine.reduce((sum, h) => sum + h.errors, 0), passed: mine.filter((h) => h.pass).length,
+  }
+}
+
+// The figures compared with ours, each round's pair alone (variant / ours, the same round).
+const RATIOS = [['cpu_us', 'CPU/req'], ['user_us', 'user'], ['sys_us', 'sys'], ['switches', 'switches/req'], ['syscalls', 'syscalls/req']] as const
+type Spread = { rounds: number[]; min: number; max: number; median: number }
+
+function ratiosToOurs(holds: Hold[], variant: string): Record<(typeof RATIOS)[number][0], Spread | undefined> {
+  const spread = (key: (typeof RATIOS)[number][0]): Spread | undefined => {
+    const rounds = holds.filter((h) => h.variant === variant).flatMap((h) => {
+      const ours = holds.find((o) => o.variant === 'ours' && o.round === h.round)
+      const [mine, theirs] = [h[key], ours?.[key]]
+      return mine !== undefined && theirs ? [mine / theirs] : []
+    })
+    if (!rounds.length) return undefined
+    const sorted = [...rounds].sort((a, b) => a - b)
+    return { rounds, min: sorted[0], max: sorted.at(-1)!, median: median(sorted) }
+  }
+  return Object.fromEntries(RATIOS.map(([key]) => [key, spread(key)])) as Record<(typeof RATIOS)[number][0], Spread | undefined>
+}
+
+function printUsersReport(holds: Hold[], variants: Variant[]) {
+  const rows = variants.map((v) => summarizeHolds(holds, v.name))
+  const rounds = Math.max(...rows.map((r) => r.rounds))
+  const processes = args.workers !== '0' ? `WORKERS=${args.workers}` : CONNECTIONS > PER_GENERATOR ? 'WORKERS unset' : 'one process'
+  console.log(`users hold: ${fmt(CONNECTIONS)} users (${processes}) arriving over ${fmt(RAMP_S)} s, each looping from its arrival, then ${fmt(HOLD_S)} s measured; ` +
+    `a fresh server each, ${rounds} round${rounds > 1 ? 's' : ''}${rounds > 1 ? ', the order reversed every other round; medians' : ''}`)
+  const syscalls = (n?: number) => (n === undefined ? '' : fmt(n, 1))
+  printColumns(
+    ['variant', 'req/s', 'CPU us/req', 'user', 'sys', 'core', 'switches/req', 'invol', 'syscalls/req', 'idle MB', 'peak MB', 'KB/conn', 'p50 ms', 'p95 ms', 'p99 ms', 'errors', 'pass'],
+    rows.map((r) => [
+      r.variant, fmt(r.rate), fmt(r.cpu_us, 1), fmt(r.user_us, 1), fmt(r.sys_us, 1), `${fmt(r.server_cpu * 100)}%`, fmt(r.switches, 2), fmt(r.involuntary_switches, 2),
+      syscalls(r.syscalls), fmt(r.rss_idle_mb), fmt(r.rss_peak_mb), fmt(r.kb_per_connection, 1), fmt(r.p50_ms, 1), fmt(r.p95_ms, 1), fmt(r.p99_ms, 1),
+      r.errors ? red(fmt(r.errors)) : '0', r.passed === r.rounds ? green('PASS') : red(`FAIL ${r.rounds - r.passed}/${r.rounds}`),
+    ]),
+  )
+  const others = variants.filter((v) => v.name !== 'ours')
+  const ratios = Object.fromEntries(others.map((v) => [v.name, ratiosToOurs(holds, v.name)]))
+  if (others.length) {
+    const cell = (s?: Spread) => (!s ? '' : s.rounds.length > 1 ? `${fmt(s.min, 3)}-${fmt(s.max, 3)} (${fmt(s.median, 3)})` : fmt(s.median, 3))
+    console.log(`\nvariant / ours, each round's pair${rounds > 1 ? ': lowest-highest (median) of the rounds' : ''}`)
+    // The A/A first: the same build on a second server, the method's noise, to read the others against.
+    const aaFirst = [...others].sort((a, b) => Number(b.name === 'ours again') - Number(a.name === 'ours again'))
+    printColumns(['', ...RATIOS.map(([, label]) => label)], aaFirst.map((v) => [v.name === 'ours again' ? 'ours again (A/A: the noise)' : v.name, ...RATIOS.map(([key]) => cell(ratios[v.name][key]))]))
+    if (others.some((v) => v.name === 'ours again')) console.log('A/A: ours on a second server; a ratio within its spread of 1 is no difference.')
+    else console.log(yellow('no A/A (--quick holds ours once): read no ratio here as a difference'))
+  }
+  const note = holds.find((h) => h.perf_note)?.perf_note
+  if (note) console.log(yellow(`syscalls/req left empty: ${note}`))
+  for (const h of holds) {
+    if (h.generator_cpu > 0.9) console.log(yellow(`users hold (${h.variant}, round ${h.round}): a users generator used ${fmt(h.generator_cpu * 100)}% of its core: its timing may be the limit`))
+    if (h.server_cpu > 0.9) console.log(yellow(`users hold (${h.variant}, round ${h.round}): the server's core was ${fmt(h.server_cpu * 100)}% busy: near saturation, not the sparse load`))
+  }
+  return { medians: rows, ratios }
+}
+
+function recordInBenchmarks(result: Record<string, any>, rows: Summary[], hold: ReturnType<typeof summarizeHolds> | undefined, c0: number) {
   const file = join(ROOT, 'BENCHMARKS.md')
   const text = readFileSync(file, 'utf8')
   const marker = '<!-- bench:rows -->'
@@ -353,8 +494,9 @@ function recordInBenchmarks(result: Record<string, any>, rows: Summary[], hold: 
     return r ? fmt(r.cpu_us / c0, 2) : '-'
   }
   const mix = rows.find((x) => x.endpoint === 'mix' && x.variant === 'ours')
+  // Ours' medians of the users holds; KB/conn since these are the looping users' (bench/README.md).
   const holdCell = hold
-    ? `${fmt(hold.connections)} conns at ${fmt(hold.rate)}/s, ${fmt(hold.seconds)} s: p99 ${fmt(hold.p99_ms, 1)} ms, ${hold.errors} errors, ${fmt(hold.kb_per_idle_connection, 1)} KB/conn, ${fmt(hold.rss_peak_mb)} MB ${hold.pass ? 'PASS' : 'FAIL'}`
+    ? `${fmt(CONNECTIONS)} conns at ${fmt(hold.rate)}/s, ${fmt(HOLD_S)} s: p99 ${fmt(hold.p99_ms, 1)} ms, ${hold.errors} errors, ${fmt(hold.kb_per_connection, 1)} KB/conn, ${fmt(hold.rss_peak_mb)} MB ${hold.passed === hold.rounds ? 'PASS' : 'FAIL'}`
     : '-'
   const cells = [
     result.date.slice(0, 10), `\`${result.commit}\``, fmt(c0, 1), ratio('feed'), ratio('post'), ratio('like'), ratio('create'), ratio('mix'),
@@ -411,18 +553,38 @@ async function main() {
   const versions = (node: string) => sh(node, ['--input-type=module', '-e', "import { DatabaseSync } from 'node:sqlite'; console.log(`Node ${process.version}, SQLite ${new DatabaseSync(':memory:').prepare('SELECT sqlite_version() AS v').get().v}`)"])
   const sqlite = /SQLite (\S+)/.exec(versions(process.execPath))![1]
   console.log(`bench ${new Date().toISOString()}: commit ${ours.commit}, Node ${process.version}, SQLite ${sqlite}, ${cpus()[0].model} x${cpus().length}`)
-  console.log(`server on core ${SERVER_CORE} (taskset), ${cgroup.note}; load on core ${LOAD_CORE}; wrk -t1 -c64, ${WARMUP_S} s warm-up, ${MEASURE_S} s measured, ${ROUNDS} round(s)`)
-  for (const v of variants) {
-    const replica = v.env?.LITESTREAM_REPLICA_URL ? ` under litestream replicate (dist/start.js), to ${v.env.LITESTREAM_REPLICA_URL}` : ''
-    console.log(`${v.name}: node ${[...v.flags, 'dist/app.js'].join(' ')}${args.workers !== '0' ? `, WORKERS=${args.workers}` : ''}${replica} (${versions(v.node)})`)
+  // The users comparison, first, unless the run is about saturation (--only, --box) and no --hold asks for
+  // it: ours, ours again on a second server (the A/A: the method's noise; not with --quick), the floor
+  // (one process, so only up to one generator's users), and every other variant of the run.
+  const runUsers = args.hold !== undefined || (!args.only && !args.box)
+  const floor: Variant = { ...ours, name: 'floor', app: join(ROOT, 'bench', 'floor.ts') }
+  const floorFits = CONNECTIONS <= PER_GENERATOR
+  const usersVariants: Variant[] = [ours, ...(QUICK ? [] : [{ ...ours, name: 'ours again' }]), ...(floorFits ? [floor] : []), ...variants.filter((v) => v !== ours && v.name !== 'floor')]
+  console.log(`server on core ${SERVER_CORE} (taskset), ${cgroup.note}; load on core ${LOAD_CORE}`)
+  if (runUsers) {
+    console.log(`users holds: ${fmt(CONNECTIONS)} users arriving evenly over ${fmt(RAMP_S)} s, each looping from its arrival, then ${fmt(HOLD_S)} s measured; ` +
+      `${USER_ROUNDS} round(s) of ${usersVariants.map((v) => v.name).join(', ')}`)
+    if (!floorFits) console.log(yellow(`the floor is one process, which holds about 19,900 connections here: left out of the users holds above ${fmt(PER_GENERATOR)} users`))
+  }
+  console.log(`saturation: wrk -t1 -c64, ${WARMUP_S} s warm-up, ${MEASURE_S} s measured, ${ROUNDS} round(s)`)
+  const named = new Map([...(runUsers ? usersVariants : []), ...variants].map((v) => [v.name, v]))
+  for (const v of named.values()) {
+    if (v.name === 'ours again') continue
+    const replica = v.env?.LITESTREAM_REPLICA_URL ? ` under litestream replicate, to ${v.env.LITESTREAM_REPLICA_URL}` : ''
+    const app = v.app.startsWith(ROOT) ? v.app.slice(ROOT.length + 1) : v.app
+    console.log(`${v.name}: node ${[...v.flags, app].join(' ')}${args.workers !== '0' ? `, WORKERS=${args.workers}` : ''}${replica} (${versions(v.node)})`)
   }
 
-  // One users hold after the rounds; when comparing, only with --hold, and then one per variant each round.
   const comparing = variants.length > 1
-  const runHold = args.hold !== undefined || (!comparing && !args.only)
   const runs: Saturation[] = []
-  const holds: (Hold & { variant: string })[] = []
+  let holds: Hold[] = []
   try {
+    let users: ReturnType<typeof printUsersReport> | undefined
+    if (runUsers) {
+      holds = await usersComparison(usersVariants, seed, cgroup.dir)
+      console.log('')
+      users = printUsersReport(holds, usersVariants)
+    }
     for (let round = 0; round < ROUNDS; round++) {
       // Alternate the variants, and their order each round, so drift hits both alike.
       const order = round % 2 ? [...variants].reverse() : variants
@@ -437,13 +599,9 @@ async function main() {
           runs.push(await saturate(variant, endpoint, seed, cgroup.dir))
         }
       }
-      if (runHold && (comparing || round === ROUNDS - 1)) {
-        for (const variant of order) holds.push({ variant: variant.name, ...(await holdUsers(variant, seed, cgroup.dir)) })
-      }
     }
     const rows = only.flatMap((e) => (e === 'ceiling' ? ['ceiling'] : variants.map((v) => v.name)).map((v) => summarize(runs, e, v)).filter((r): r is Summary => !!r))
     const c0 = rows.find((r) => r.endpoint === 'ceiling')!.cpu_us
-    const hold = comparing ? undefined : holds[0]
 
     console.log('')
     printTable(rows, c0)
@@ -456,47 +614,28 @@ async function main() {
           console.log(`${LABEL[e].padEnd(22)} CPU/req ${b.variant} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   req/s ${fmt(b.rps / a.rps, 3)}${roundByRound(runs, e, b.variant)}${litestream}`)
         }
       }
-      if (holds.length) {
-        // Medians of each variant's holds.
-        const held = variants.map((v) => {
-          const mine = holds.filter((h) => h.variant === v.name)
-          const pick = (key: keyof Hold) => median(mine.map((h) => h[key] as number))
-          return { name: v.name, rounds: mine.length, kb: pick('kb_per_idle_connection'), peak: pick('rss_peak_mb'), p99: pick('p99_ms'), cpu: pick('cpu_us'), errors: mine.reduce((sum, h) => sum + h.errors, 0) }
-        })
-        console.log('')
-        for (const h of held) {
-          console.log(`users hold (${h.name}, median of ${h.rounds}): ${fmt(CONNECTIONS)} connections, ${fmt(h.kb, 1)} KB per idle connection, ` +
-            `${fmt(h.peak)} MB at peak, p99 ${fmt(h.p99, 1)} ms, ${fmt(h.cpu, 1)} us CPU per request, ${h.errors ? red(`${h.errors} errors`) : '0 errors'}`)
-        }
-        for (const h of held.slice(1)) {
-          console.log(`users hold              KB per idle connection ${h.name} / ours = ${fmt(h.kb / held[0].kb, 3)}   CPU/req ${fmt(h.cpu / held[0].cpu, 3)}`)
-        }
-      }
     }
     const mix = rows.find((r) => r.endpoint === 'mix' && r.variant === 'ours')
     const usersEstimate = mix ? (0.8 * mix.rps) / USER_RATE : undefined
-    if (hold) {
-      console.log('')
-      const verdict = hold.pass ? green('PASS') : red('FAIL')
-      console.log(`users hold: ${fmt(hold.connections)} keep-alive connections, mix at ${fmt(hold.rate)} req/s for ${fmt(hold.seconds)} s: ` +
-        `p50 ${fmt(hold.p50_ms, 1)} ms, p95 ${fmt(hold.p95_ms, 1)} ms, p99 ${fmt(hold.p99_ms, 1)} ms, max ${fmt(hold.max_ms)} ms, ` +
-        `${hold.errors ? red(`${hold.errors} errors`) : '0 errors'} of ${fmt(hold.sent)} -> ${verdict} (p95 < 500 ms, p99 < 1 s, < 1% errors)`)
-      console.log(`            RSS ${fmt(hold.rss_base_mb)} MB before, ${fmt(hold.rss_idle_mb)} MB with the connections idle ` +
-        `(${fmt(hold.kb_per_idle_connection, 1)} KB each), ${fmt(hold.rss_peak_mb)} MB at peak; ${fmt(hold.cpu_us, 1)} us CPU per request`)
-      if (hold.generator_cpu > 0.9) console.log(yellow(`            the users generator used ${fmt(hold.generator_cpu * 100)}% of its core: its timing may be the limit`))
-    }
     if (usersEstimate) console.log(`\nestimate, not a measurement: users ~ 0.8 x ${fmt(mix!.rps)} mix req/s / 0.106 = ${fmt(usersEstimate)} on one core of this machine`)
 
     const result = {
       date: new Date().toISOString(), commit: ours.commit, node: process.version, sqlite,
       machine: { cpu: cpus()[0].model, cores: cpus().length, kernel: release(), memory_gb: Math.round(totalmem() / 1024 ** 3) },
-      settings: { quick: QUICK, warmup_s: WARMUP_S, measure_s: MEASURE_S, rounds: ROUNDS, connections: CONNECTIONS, hold_s: HOLD_S, workers: Number(args.workers), cgroup: cgroup.note, variants },
-      c0_us: c0, saturation: rows, runs, holds, users_estimate: usersEstimate,
+      settings: { quick: QUICK, warmup_s: WARMUP_S, measure_s: MEASURE_S, rounds: ROUNDS, workers: Number(args.workers), cgroup: cgroup.note, variants },
+      // The users holds: each hold (its round and variant), each variant's medians, and each variant's
+      // ratios to ours round by round (min, max, median), for CPU a request, user, sys, switches, syscalls.
+      users_hold: users && {
+        settings: { connections: CONNECTIONS, ramp_s: RAMP_S, hold_s: HOLD_S, rounds: USER_ROUNDS, loop_on_arrival: true, variants: usersVariants.map((v) => v.name) },
+        ...users,
+      },
+      holds,
+      c0_us: c0, saturation: rows, runs, users_estimate: usersEstimate,
     }
     const file = join(RESULTS, `${result.date.replace(/[:.]/g, '-')}-${ours.commit}.json`)
     writeFileSync(file, JSON.stringify(result, null, 2))
     console.log(`\nresults: ${file}`)
-    if (args.record) recordInBenchmarks(result, rows, hold, c0)
+    if (args.record) recordInBenchmarks(result, rows, users?.medians.find((m) => m.variant === 'ours'), c0)
 
     // Honest results: errors, an unsaturated server or a saturated load tool are said plainly.
     let failed = false
@@ -506,8 +645,8 @@ async function main() {
       else if (r.server_cpu < 0.9) console.log(yellow(`${LABEL[r.endpoint]} (${r.variant}): the server's core was at ${fmt(r.server_cpu * 100)}%: not saturated`))
     }
     for (const h of holds) {
-      if (h.errors) (failed = true), console.log(red(`users hold (${h.variant}): ${h.errors} errors, e.g. ${h.error_example}`))
-      if (!h.pass) failed = true
+      if (h.errors) (failed = true), console.log(red(`users hold (${h.variant}, round ${h.round}): ${h.errors} errors, e.g. ${h.error_example}`))
+      if (!h.pass) (failed = true), console.log(red(`users hold (${h.variant}, round ${h.round}): FAIL, p95 ${fmt(h.p95_ms, 1)} ms, p99 ${fmt(h.p99_ms, 1)} ms (the pass line: p95 < 500 ms, p99 < 1 s, < 1% errors)`))
     }
     process.exitCode = failed ? 1 : 0
   } finally {
