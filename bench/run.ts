@@ -5,7 +5,7 @@
 //
 //   npm run bench [-- --quick] [--only feed,mix] [--hold 5m] [--ramp 60s] [--connections 15000] [--workers 1]
 //                    [--record] [--rounds 3] [--against <git ref>] [--flags=<node flags>] [--against-flags=<node flags>]
-//                    [--against-node <version>] [--replicate [--sync-wait] [--s3]]
+//                    [--against-node <version>] [--against-env "<NAME=value ...>"] [--replicate [--sync-wait] [--s3]]
 //   npm run bench -- --box [--rounds 3]       one box: the mix and the write ceiling, one process on one
 //                                             core against WORKERS=2 on both
 //   npm run bench -- --cluster [--quick]      Litestream followers: a primary and a follower (bench/cluster.ts)
@@ -38,6 +38,7 @@ const { values: args } = parseArgs({
     flags: { type: 'string' },
     workers: { type: 'string', default: '0' }, // as shipped: one process, more only past its open-file limit
     'against-flags': { type: 'string' },
+    'against-env': { type: 'string' },
     'against-node': { type: 'string' },
     box: { type: 'boolean', default: false },
     cluster: { type: 'boolean', default: false },
@@ -527,7 +528,10 @@ async function main() {
   // a floor, its CPU per request as the figure).
   if (args.box) variants.push({ ...ours, name: 'WORKERS=2, 2 cores', workers: '2', cores: `${LOAD_CORE},${SERVER_CORE}` })
   const againstFlags = args['against-flags'] === undefined ? undefined : args['against-flags'].split(' ').filter(Boolean)
-  if (args['against-node']) {
+  // The same build with more in its environment: an allocator preloaded, say (LD_PRELOAD=... MALLOC_CONF=...).
+  const againstEnv = args['against-env'] === undefined ? undefined : Object.fromEntries(args['against-env'].split(' ').filter(Boolean).map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]))
+  if (againstEnv) variants.push({ ...ours, name: `against ${args['against-env']}`.slice(0, 40), env: againstEnv })
+  else if (args['against-node']) {
     // The same bundle and flags on another Node.
     variants.push({ ...ours, name: `Node ${args['against-node']}`, flags: againstFlags ?? flags, node: nodeRelease(args['against-node']) })
   } else if (args.against || againstFlags) {

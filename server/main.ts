@@ -1,9 +1,11 @@
 // What `node dist/app.js` runs (build.mjs bundles it so): the API of app.ts, served by node:http in as
-// many processes as its connections need, under Litestream or as a follower when start.ts says so.
-import { app, openDatabase, warnOnDefaultSecret } from '../app.ts'
-import { runWorkers, serveInProcesses, speaksForAll, supervisesWorkers } from './processes.ts'
-import { follow, PRIMARY_API_URL, replicate } from './replica.ts'
-import { createApiServer } from './serve.ts'
+// many processes as its connections need, with a guard on memory, under Litestream or as a follower
+// when start.ts says so.
+import { app, hooks, openDatabase, warnOnDefaultSecret } from '../app.ts'
+import { guardMemory, memoryHealth } from './memory.ts'
+import { connections, runWorkers, serveInProcesses, speaksForAll, supervisesWorkers } from './processes.ts'
+import { follow, PRIMARY_API_URL, replicaHealth, replicate } from './replica.ts'
+import { createApiServer, idleSince } from './serve.ts'
 
 // This script: every process of the server runs it, helpers and workers too, never start.ts again.
 const entry = import.meta.filename
@@ -14,6 +16,9 @@ else await run()
 async function run() {
   if (speaksForAll) warnOnDefaultSecret()
   const fetch = PRIMARY_API_URL ? follow(app.fetch) : await replicate(app.fetch, speaksForAll)
+  hooks.health = () => ({ ...replicaHealth(), ...memoryHealth() })
   await openDatabase()
-  serveInProcesses(createApiServer(fetch), entry)
+  const server = createApiServer(fetch)
+  guardMemory(server, connections, idleSince)
+  serveInProcesses(server, entry)
 }

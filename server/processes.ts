@@ -13,6 +13,7 @@ import { readdirSync, readFileSync } from 'node:fs'
 import type { Server } from 'node:http'
 import { createServer as createNetServer, Server as NetServer, type AddressInfo, type Socket } from 'node:net'
 import { closeDatabase, HOST, PORT } from '../app.ts'
+import { takingConnections } from './memory.ts'
 import { drain } from './serve.ts'
 
 // A fixed number of processes sharing the port, each with its own database connections.
@@ -36,8 +37,8 @@ const SOCKET_FD = 4 // where a helper has its copy: after stdin, stdout, stderr 
 type Order = 'ready' | 'nearly full' | 'full' | 'copy' | 'stop' | 'accept'
 
 // Every process that serves: its connections, and whether it takes new ones.
+export const connections = new Set<Socket>()
 let capacity = Infinity // connections it takes before it stops accepting
-let connections = 0
 let accepting: Server | undefined
 let saidNearlyFull = false
 let saidFull = false
@@ -91,22 +92,22 @@ function listenOnPort(server: Server) {
 }
 
 function counted(socket: Socket) {
-  connections++
-  socket.once('close', uncounted)
+  connections.add(socket)
+  socket.on('close', uncounted)
   if (!accepting) return
-  if (connections >= capacity * NEARLY_FULL && !saidNearlyFull) {
+  if (connections.size >= capacity * NEARLY_FULL && !saidNearlyFull) {
     saidNearlyFull = true
     tellFirst('nearly full')
   }
-  if (connections >= capacity && !saidFull) {
+  if (connections.size >= capacity && !saidFull) {
     saidFull = true
     tellFirst('full')
   }
 }
 
-function uncounted() {
-  connections--
-  if (isHelper && steppedOut && connections === 0) stop()
+function uncounted(this: Socket) {
+  connections.delete(this)
+  if (isHelper && steppedOut && connections.size === 0) stop()
 }
 
 // node:http's close() would also close the idle connections: only the listener closes.
@@ -115,7 +116,7 @@ function stopAccepting() {
   saidNearlyFull = saidFull = false
   NetServer.prototype.close.call(accepting!)
   accepting = undefined
-  console.log(`process ${process.pid} is full (${connections} connections, ${FILE_LIMIT} open files at most): the next takes new ones`)
+  console.log(`process ${process.pid} is full (${connections.size} connections, ${FILE_LIMIT} open files at most): the next takes new ones`)
 }
 
 // A helper tells the first process over IPC; the first tells itself.
@@ -135,7 +136,8 @@ let copyAsked = false
 let fullWaiting = false // the one accepting is full, and the next is not started yet
 
 function prepareNext(from: ChildProcess | undefined) {
-  if (nextHelper || copyAsked || stopping) return
+  // Short of memory, no process is started: it would cost more memory, for connections refused anyway.
+  if (nextHelper || copyAsked || stopping || !takingConnections()) return
   if (!from) nextHelper = startHelper(accepting!)
   else {
     copyAsked = true

@@ -42,7 +42,6 @@ export async function replicate(fetch: Fetch, speaks: boolean): Promise<Fetch> {
   }
   logs = speaks
   hooks.beforeCommit = touchHeader
-  hooks.health = () => ({ replica: replicaState() })
   await startFollowingReplica()
   return SYNC_WAIT ? answeringOnceReplicated(fetch) : fetch
 }
@@ -93,8 +92,10 @@ function askLitestream<T>(method: 'GET' | 'POST', path: string, timeoutMs: numbe
 // Litestream sends what is new in the WAL and answers once the replica holds it (`wait`).
 const sendToReplica = (timeoutMs: number) => askLitestream('POST', '/sync', timeoutMs, { path: files.db, wait: true, timeout: Math.ceil(timeoutMs / 1000) })
 
-// A replica behind does not make /health a 503: the node serves every request right, and a load
-// balancer would pull the only primary.
+// What /health adds under Litestream. A replica behind does not make /health a 503: the node serves
+// every request right, and a load balancer would pull the only primary.
+export const replicaHealth = () => (litestreamSocket ? { replica: replicaState() } : {})
+
 function replicaState() {
   const behind_ms = Date.now() - replicaSyncedAt
   const state = litestreamDown ? 'unreachable' : behind_ms > REPLICA_LAG_MS ? 'behind' : 'ok'

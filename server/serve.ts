@@ -87,7 +87,12 @@ const CLIENT_ERRORS: Record<string, string> = {
 // a few requests ahead is served as before.
 const MAX_UNWRITTEN = 4
 const UNWRITTEN = Symbol('answers the kernel has not taken')
-type Connection = Socket & { [UNWRITTEN]?: number }
+// For the memory guard: when a connection last answered (in the order of all answers), and how many
+// bytes it had read by then: more read since is a request on its way.
+const ANSWERED = Symbol('the number of its last answer')
+const READ = Symbol('bytes read at its last answer')
+type Connection = Socket & { [UNWRITTEN]?: number; [ANSWERED]?: number; [READ]?: number }
+let answers = 0
 
 function boundPipelining(listener: RequestListener): RequestListener {
   return (incoming, outgoing) => {
@@ -108,7 +113,17 @@ function answerIfOpen(listener: RequestListener, incoming: IncomingMessage, outg
 }
 
 function written(this: ServerResponse) {
-  ;(this.req.socket as Connection)[UNWRITTEN]!--
+  const socket = this.req.socket as Connection
+  socket[UNWRITTEN]!--
+  socket[ANSWERED] = ++answers
+  socket[READ] = socket.bytesRead
+}
+
+// The number of a connection's last answer, if it is idle: no request on its way, no answer unwritten.
+// One that never asked is idle since it connected.
+export function idleSince(socket: Connection): number | undefined {
+  if ((socket[UNWRITTEN] ?? 0) > 0 || socket.writableLength > 0 || socket.bytesRead !== (socket[READ] ?? 0)) return undefined
+  return socket[ANSWERED] ?? 0
 }
 
 // Once a connection is closed, Node still parses the rest of what it read, and builds a request and a

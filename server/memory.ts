@@ -1,0 +1,117 @@
+// The memory guard. On a box without swap, running out of memory ends it all: the kernel kills a
+// process, and with it every connection it holds. So every process of the server looks at what is
+// left four times a second and gives way first: short of memory, it takes no more connections than it
+// holds (a new one is closed as it comes; those held are served); shorter, it also closes idle
+// keep-alive connections, least recently used first; with memory back, it takes new ones again.
+import { readFileSync } from 'node:fs'
+import type { Server } from 'node:http'
+import type { Socket } from 'node:net'
+
+// The memory the server may use, in MiB: by default its memory cgroup's limit, or else the machine's.
+const MEMORY_LIMIT_MB = Number(process.env.MEMORY_LIMIT_MB || 0)
+const MiB = 1024 * 1024
+const CHECK_MS = 250
+// What the lines leave free, of the memory the server may use: below the first it takes no more
+// connections, below half of it it closes idle ones; it takes new ones again above one and a half.
+const FULL_SHARE = 0.1
+const FULL_AT_LEAST = 64 * MiB
+// Of the connections held, the idle ones closed at each look while memory is below the second line.
+const SHED_SHARE = 0.05
+
+type State = 'taking' | 'full' | 'shedding'
+let state: State = 'taking'
+let shed = 0 // idle connections closed since the guard last took connections
+
+// What /health adds while the guard holds connections back.
+export const memoryHealth = () => (state === 'taking' ? {} : { memory: state })
+export const takingConnections = () => state === 'taking'
+
+// `connections`: this process's, kept by whoever counts them; `idleSince(socket)`: the order in which
+// an idle connection last answered (lower: longer ago), or undefined while it has a request or an
+// answer under way.
+export function guardMemory(server: Server, connections: Set<Socket>, idleSince: (socket: Socket) => number | undefined, measure = memoryMeter()) {
+  const look = () => {
+    const { budget, used } = measure()
+    const full = Math.max(budget * FULL_SHARE, FULL_AT_LEAST)
+    const available = budget - used
+    let next = state
+    if (available < full / 2) next = 'shedding'
+    else if (available > full * 1.5) next = 'taking'
+    else if (available < full || state === 'shedding') next = 'full'
+    // Short of memory, it holds no more connections than it held then: one that closes makes room.
+    if (next === 'shedding') {
+      shed += closeIdle(connections, idleSince, Math.ceil(connections.size * SHED_SHARE))
+      server.maxConnections = connections.size
+    } else if (next === 'full' && state === 'taking') server.maxConnections = connections.size
+    else if (next === 'taking') server.maxConnections = Infinity
+    if (next !== state) {
+      const figures = `${Math.round(used / MiB)} of ${Math.round(budget / MiB)} MiB used, ${connections.size} connections held`
+      const says = { taking: `taking new connections again${shed ? ` (${shed} idle ones closed meanwhile)` : ''}`, full: 'taking no more connections than it holds', shedding: 'closing idle connections, least recently used first' }
+      console.warn(`memory: ${figures}; ${says[next]}`)
+      if (next === 'taking') shed = 0
+      state = next
+    }
+  }
+  setInterval(look, CHECK_MS).unref()
+  look()
+}
+
+// Closes up to `count` idle connections, those that answered longest ago first; returns how many.
+function closeIdle(connections: Set<Socket>, idleSince: (socket: Socket) => number | undefined, count: number): number {
+  const idle: [number, Socket][] = []
+  for (const socket of connections) {
+    const since = idleSince(socket)
+    if (since !== undefined) idle.push([since, socket])
+  }
+  idle.sort((a, b) => a[0] - b[0])
+  for (const [, socket] of idle.slice(0, count)) socket.destroy()
+  return Math.min(count, idle.length)
+}
+
+// How much memory there is and how much is used: a memory cgroup's limit and its working set (what it
+// holds but the page cache it could drop), or else the machine's memory and what is not available.
+function memoryMeter(): () => { budget: number; used: number } {
+  const cgroup = limitedCgroup()
+  return () => {
+    const { total, used } = cgroup ? cgroup() : machine()
+    return { budget: MEMORY_LIMIT_MB ? MEMORY_LIMIT_MB * MiB : total, used }
+  }
+}
+
+function machine() {
+  const meminfo = readFileSync('/proc/meminfo', 'utf8')
+  const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+)`, 'm').exec(meminfo)?.[1] ?? 0) * 1024
+  return { total: kb('MemTotal'), used: kb('MemTotal') - kb('MemAvailable') }
+}
+
+// The memory cgroup this process is in, v2 or v1, when it has a limit: reads of it, or undefined.
+function limitedCgroup(): (() => { total: number; used: number }) | undefined {
+  let lines: string[]
+  try {
+    lines = readFileSync('/proc/self/cgroup', 'utf8').trim().split('\n')
+  } catch {
+    return undefined // not Linux: the machine's figures, where it has them
+  }
+  const read = (file: string) => readFileSync(file, 'utf8')
+  const stat = (dir: string, key: string) => Number(new RegExp(`^${key} (\\d+)`, 'm').exec(read(`${dir}/memory.stat`))?.[1] ?? 0)
+  const v1 = lines.find((line) => /^\d+:([^:]*,)?memory(,[^:]*)?:/.test(line))
+  try {
+    if (v1) {
+      const dir = `/sys/fs/cgroup/memory${v1.slice(v1.lastIndexOf(':') + 1)}`.replace(/\/$/, '')
+      const limit = stat(dir, 'hierarchical_memory_limit')
+      if (!(limit > 0 && limit < 2 ** 60)) return undefined
+      return () => ({ total: limit, used: Number(read(`${dir}/memory.usage_in_bytes`)) - stat(dir, 'total_inactive_file') })
+    }
+    const v2 = lines.find((line) => line.startsWith('0::'))
+    if (!v2) return undefined
+    // The nearest limit, from this process's cgroup up.
+    for (let path = v2.slice(3); ; path = path.slice(0, path.lastIndexOf('/')) || '/') {
+      const dir = `/sys/fs/cgroup${path === '/' ? '' : path}`
+      const limit = Number(read(`${dir}/memory.max`).trim())
+      if (limit > 0) return () => ({ total: limit, used: Number(read(`${dir}/memory.current`)) - stat(dir, 'inactive_file') })
+      if (path === '/') return undefined
+    }
+  } catch {
+    return undefined // a file it could not read: the machine's figures
+  }
+}

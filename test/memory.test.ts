@@ -1,0 +1,82 @@
+// The memory guard (server/memory.ts) on the real server's node:http, with memory figures the test
+// sets: what it closes and what it keeps, and when it takes connections again. test/faults/memory.test.ts
+// runs the built server in a memory cgroup instead.
+import assert from 'node:assert/strict'
+import { once } from 'node:events'
+import { connect, type Socket } from 'node:net'
+import type { AddressInfo } from 'node:net'
+import { after, test } from 'node:test'
+import { sleep, smallDatabase, until } from './helpers.ts'
+
+const db = smallDatabase()
+process.env.SQLITE_PATH = db.path
+const { app, openDatabase } = await import('../app.ts')
+const { createApiServer, idleSince } = await import('../server/serve.ts')
+const { guardMemory, memoryHealth } = await import('../server/memory.ts')
+await openDatabase()
+
+const MiB = 1024 * 1024
+let used = 0 // of a budget of 1,000 MiB: the guard's lines are at 100 MiB free, 50 and 150
+const server = createApiServer(app.fetch)
+const connections = new Set<Socket>()
+server.on('connection', (socket: Socket) => {
+  connections.add(socket)
+  socket.on('close', () => connections.delete(socket))
+})
+guardMemory(server, connections, idleSince, () => ({ budget: 1000 * MiB, used: used * MiB }))
+server.listen(0, '127.0.0.1')
+await once(server, 'listening')
+const port = (server.address() as AddressInfo).port
+after(() => {
+  server.closeAllConnections()
+  server.close()
+  db.remove()
+})
+
+// A connection, and its first answer.
+async function opened(request = 'GET /posts/1 HTTP/1.1\r\nHost: x\r\n\r\n'): Promise<Socket & { text: string }> {
+  const socket = Object.assign(connect(port, '127.0.0.1'), { text: '' })
+  socket.setEncoding('utf8').on('data', (chunk) => (socket.text += chunk)).on('error', () => {})
+  await once(socket, 'connect', { signal: AbortSignal.timeout(5_000) })
+  socket.write(request)
+  if (request.endsWith('\r\n\r\n')) await until(() => socket.text.includes('"post"'), 5_000, 'an answer')
+  return socket
+}
+
+test('short of memory: refuses new connections, closes idle ones oldest first, never one under way; then takes them again', async () => {
+  const idle: (Socket & { text: string })[] = []
+  for (let i = 0; i < 8; i++) idle.push(await opened()) // answered in this order: the first is the least recently used
+  // A request whose body is on its way, and one whose headers are.
+  const writing = await opened(`POST /posts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${await db.tokenFor(1)}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"bo`)
+  const asking = await opened('GET /posts/1 HTTP/1.1\r\nHo')
+  await sleep(300)
+  assert.ok([...idle, writing, asking].every((s) => !s.destroyed))
+
+  used = 920 // 80 MiB free: taking no more than it holds
+  await until(() => memoryHealth().memory === 'full', 2_000, 'the guard to see it')
+  const refused = connect(port, '127.0.0.1').on('error', () => {})
+  await once(refused, 'close', { signal: AbortSignal.timeout(5_000) })
+  assert.equal(memoryHealth().memory, 'full')
+
+  used = 960 // 40 MiB free: closing idle connections, 5% of those held at each look (one of ten here)
+  await until(() => idle.filter((s) => s.destroyed).length >= 3, 3_000, 'three idle connections closed')
+  used = 920
+  await sleep(600)
+  const closed = idle.map((s) => s.destroyed)
+  const count = closed.filter(Boolean).length
+  assert.deepEqual(closed, idle.map((_, i) => i < count), 'the least recently used first')
+  assert.ok(!writing.destroyed && !asking.destroyed, 'never one with a request on its way')
+  assert.equal(memoryHealth().memory, 'full')
+
+  // One that closes makes room for one.
+  idle.at(-1)!.destroy()
+  await until(() => connections.size === 9 - count, 2_000, 'the close to be seen')
+  const room = await opened()
+  assert.match(room.text, /^HTTP\/1.1 200 /)
+
+  used = 800 // 200 MiB free: taking new connections again
+  await until(() => memoryHealth().memory === undefined, 2_000, 'the guard to take connections again')
+  const more = await Promise.all(Array.from({ length: 5 }, () => opened()))
+  assert.ok(more.every((s) => /^HTTP\/1.1 200 /.test(s.text)))
+  for (const socket of [...idle, writing, asking, room, ...more]) socket.destroy()
+})
