@@ -1,7 +1,7 @@
 // The floor: what our stack costs with nothing of ours around the SQL. A bare node:http server, one
 // node:sqlite connection (WAL, synchronous=NORMAL), app.ts's own statements (read out of its source, so
-// the two cannot drift apart), tokens checked with node:crypto's HMAC, each write in its own autocommit,
-// no framework. It answers what the benchmark sends exactly as ours does, and the refusals the
+// the two cannot drift apart) but for the feed, which it reads in the reference form, tokens checked
+// with node:crypto's HMAC, each write in its own autocommit, no framework. It answers what the benchmark sends exactly as ours does, and the refusals the
 // benchmark's requests can meet (a missing or bad token, a post that is not there, a malformed id or
 // body) with ours' status and body; any other path is a bare 404, and what throws a 500, as ours: every
 // answer framed by a Content-Length, which is what bench/users.ts reads.
@@ -24,7 +24,15 @@ function appStatement(name: string): string {
 
 const db = new DatabaseSync(process.env.SQLITE_PATH!)
 db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL')
-const feed = db.prepare(appStatement('feed'))
+// The feed as one statement, the reference form: ours reads it by rowid range when it can (app.ts),
+// which is ours, not the stack's.
+const feed = db.prepare(`
+  SELECT json_object('posts', json_group_array(json_object(
+           'id', p.id, 'body', p.body, 'created_at', p.created_at, 'author', u.username,
+           'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
+         ) ORDER BY p.created_at DESC, p.id DESC)) AS json
+  FROM (SELECT id, user_id, body, created_at FROM posts ORDER BY created_at DESC, id DESC LIMIT 20) AS p
+  JOIN users AS u ON u.id = p.user_id`)
 const post = db.prepare(appStatement('post'))
 const postExists = db.prepare(appStatement('postExists'))
 const insertPost = db.prepare(appStatement('insertPost'))

@@ -88,6 +88,58 @@ describe('GET /feed', () => {
     assert.deepEqual(newest.slice(0, 2).map((p) => p.id), [25, 24], 'same instant: higher id first')
     assert.equal(await res.text(), JSON.stringify({ posts: newest.map((p) => postJson(p, likeCount(p.id))) }))
   })
+
+  // app.ts reads the feed by rowid range when the 20 newest ids are contiguous, and through the index
+  // otherwise: either way, the bytes of the contract's one statement.
+  describe('the same bytes as the reference statement, whichever way it reads', () => {
+    const reference = () => (db.prepare(`
+      SELECT json_object('posts', json_group_array(json_object(
+               'id', p.id, 'body', p.body, 'created_at', p.created_at, 'author', u.username,
+               'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
+             ) ORDER BY p.created_at DESC, p.id DESC)) AS json
+      FROM (SELECT id, user_id, body, created_at FROM posts ORDER BY created_at DESC, id DESC LIMIT 20) AS p
+      JOIN users AS u ON u.id = p.user_id`).get() as { json: string }).json
+    const newestIds = () => (db.prepare('SELECT id FROM posts ORDER BY created_at DESC, id DESC LIMIT 20').all() as { id: number }[]).map((r) => r.id)
+    const contiguous = (ids: number[]) => Math.max(...ids) - Math.min(...ids) + 1 === ids.length
+    const added: number[] = []
+    const add = (id: number | null, userId: number, createdAt: string) =>
+      added.push(Number(db.prepare('INSERT INTO posts (id, user_id, body, created_at) VALUES (?, ?, ?, ?) RETURNING id').get(id, userId, `added ${added.length}`, createdAt)!.id))
+    const feedMatches = async (what: string) => assert.equal(await (await app.request('/feed')).text(), reference(), what)
+    after(() => db.prepare(`DELETE FROM posts WHERE id IN (${added.join(',') || 0})`).run())
+
+    test('new posts at the end: contiguous ids, read by range', async () => {
+      for (let i = 0; i < 3; i++) add(null, 2, new Date(Date.UTC(2025, 0, 2, 0, 0, i)).toISOString())
+      assert.ok(contiguous(newestIds()))
+      await feedMatches('contiguous')
+    })
+
+    test('a newest post with an id far past the others, and one among them with an old time: read by the index', async () => {
+      add(1_000_000, 1, '2025-01-03T00:00:00.000Z') // the newest, its id past the span
+      add(null, 3, '2024-12-31T00:00:00.000Z') // an id inside no span, the oldest of all
+      assert.ok(!contiguous(newestIds()))
+      await feedMatches('ids past the span')
+      db.prepare('DELETE FROM posts WHERE id = 1000000').run()
+      add(10_000, 2, '2025-01-01T00:00:05.500Z') // among the old ones by time, past them by id
+      await feedMatches('a new id among old times')
+    })
+
+    test('500 random states, ties and gaps included, each the reference bytes', async () => {
+      let seed = 7
+      const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
+      let ranges = 0
+      // New posts mostly, as a server makes them; some with an id in a gap or far past, new or as old as
+      // the fixture's; ties on time; a few deleted.
+      for (let i = 0; i < 500; i++) {
+        const id = random() < 0.92 ? null : random() < 0.6 ? 30 + Math.floor(random() * 200) : 100_000 + Math.floor(random() * 1000)
+        const time = id === null || random() < 0.5 ? Date.UTC(2025, 0, 5) + i * 1000 - Math.floor(random() * 3) * 1000 : Date.UTC(2025, 0, 1, 0, 0, Math.floor(random() * 30))
+        if (id === null || !db.prepare('SELECT 1 FROM posts WHERE id = ?').get(id)) add(id, 1 + Math.floor(random() * 3), new Date(time).toISOString())
+        if (random() < 0.03 && added.length) db.prepare('DELETE FROM posts WHERE id = ?').run(added.splice(Math.floor(random() * added.length), 1)[0])
+        if (contiguous(newestIds())) ranges++
+        await feedMatches(`state ${i}`)
+      }
+      assert.ok(ranges > 10 && ranges < 490, `${ranges} of 500 states read by range`)
+    })
+  })
 })
 
 describe('GET /posts/:id', () => {
