@@ -1,7 +1,6 @@
 // node:http around the API, set for tens of thousands of keep-alive users: its timeouts, the JSON
 // error shape for what never reaches Hono, a bound on pipelined answers nobody reads, and the drain.
 import { getRequestListener, RequestError, type HttpBindings } from '@hono/node-server'
-type FetchCallback = Parameters<typeof getRequestListener>[0]
 import { createServer, STATUS_CODES, type IncomingMessage, type RequestListener, type Server, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
@@ -9,6 +8,7 @@ import { BODY_TOO_LARGE, errorBody, errorResponse, JSON_HEADERS } from '../app.t
 
 // What the API answers with: app.fetch, or what wraps it (replica.ts).
 export type Fetch = (request: Request, env: HttpBindings) => Response | Promise<Response>
+type FetchCallback = Parameters<typeof getRequestListener>[0]
 
 export function createApiServer(fetch: Fetch): Server {
   // A request the adapter cannot even build (a bad Host header, say) still gets the JSON error.
