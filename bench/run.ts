@@ -530,8 +530,8 @@ async function main() {
   const againstFlags = args['against-flags'] === undefined ? undefined : args['against-flags'].split(' ').filter(Boolean)
   // The same build with more in its environment: an allocator preloaded, say (LD_PRELOAD=... MALLOC_CONF=...).
   const againstEnv = args['against-env'] === undefined ? undefined : Object.fromEntries(args['against-env'].split(' ').filter(Boolean).map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]))
-  if (againstEnv) variants.push({ ...ours, name: `against ${args['against-env']}`.slice(0, 40), env: againstEnv })
-  else if (args['against-node']) {
+  if (againstEnv) variants.push({ ...ours, name: `ours, ${args['against-env']!.replace(/\S*\//g, '')}`.slice(0, 48), env: againstEnv })
+  if (args['against-node']) {
     // The same bundle and flags on another Node.
     variants.push({ ...ours, name: `Node ${args['against-node']}`, flags: againstFlags ?? flags, node: nodeRelease(args['against-node']) })
   } else if (args.against || againstFlags) {

@@ -190,7 +190,9 @@ export async function scoreBench({ seed, flags, full, estimate, commit, confirmF
         generator_cpu: ok.reduce((total, r) => total + r.generator_cpu, 0), memory_peak_mb: peak / 2 ** 20, processes, memory_at_peak: atPeak,
         memory_held_mb: held, pass: false,
       }
-      const outOfMemory = cgroup.oomKills() > 0 || held > BOX_MEMORY_MB || server.child.signalCode === 'SIGKILL'
+      // Killed, or over the box's memory, or held back by the server's memory guard (server/memory.ts),
+      // whose refused and closed connections count as failed requests above.
+      const outOfMemory = cgroup.oomKills() > 0 || held > BOX_MEMORY_MB || server.child.signalCode === 'SIGKILL' || /^memory: .*(taking no more|closing idle)/m.test(output)
       result.pass = ok.length === generators.length && !serverDied && !outOfMemory && result.p95_ms < 500 && result.p99_ms < 1000 && failed < 0.01
       // What failed first: memory (the cgroup killed, or would have), files, then the core, then the rest.
       if (!result.pass) {
@@ -265,12 +267,17 @@ export async function scoreBench({ seed, flags, full, estimate, commit, confirmF
   // Memory a user, all in: at the score and at the best level below it, beyond the warm-up's 1,000.
   const warm = levels[0]
   const below = levels.filter((l) => l.pass && l.users < score && l.users > warm.users).sort((a, b) => b.users - a.users)[0]
+  let binds: number | undefined
   for (const l of [confirmed, below]) {
     if (!l?.pass) continue
     const m = l.memory_at_peak
+    const perUser = ((l.memory_peak_mb - warm.memory_peak_mb) * 1024) / (l.users - warm.users)
     console.log(`memory at ${fmt(l.users)} users: ${fmt(l.memory_peak_mb)} MiB at peak (processes ${fmt(m.rss_mb)}, page cache ${fmt(m.cache_mb)}, ` +
-      `socket buffers ${fmt(m.sockets_mb)}, kernel ${fmt(m.kernel_mb)}): ${fmt(((l.memory_peak_mb - warm.memory_peak_mb) * 1024) / (l.users - warm.users), 1)} KB a user beyond the warm-up's`)
+      `socket buffers ${fmt(m.sockets_mb)}, kernel ${fmt(m.kernel_mb)}): ${fmt(perUser, 1)} KB a user beyond the warm-up's`)
+    // The server's guard takes no more connections with a tenth of the box's memory free.
+    binds ??= Math.floor(warm.users + ((BOX_MEMORY_MB * 0.9 - warm.memory_peak_mb) * 1024) / perUser)
   }
+  if (binds) console.log(`memory binds near ${fmt(binds)} users at that rate: there the memory guard takes no more connections (a tenth of ${fmt(BOX_MEMORY_MB)} MiB free)`)
   console.log(`estimate from CPU alone, beside it: 0.8 x ${fmt(estimate.mix_rps)} mix req/s / ${USER_RATE} = ${fmt(estimate.users)} users on one core of this machine`)
   const holdText = `${clock(confirmed?.hold_s ?? 0).replace(/m00s$/, ' min')} hold`
   const tail = nextFailed ? `next level failed on ${nextFailed.limit}` : 'no level failed'
@@ -278,7 +285,7 @@ export async function scoreBench({ seed, flags, full, estimate, commit, confirmF
     ? `score: ${score} users (${holdText}, p95 ${fmt(confirmed.p95_ms, 1)} ms, p99 ${fmt(confirmed.p99_ms, 1)} ms, ${fmt(confirmed.failed * 100, 2)}% failed); ${tail}`
     : `score: 0 users (no level passed its confirmation); ${tail}`
   console.log(line)
-  return { box: { memory_mb: BOX_MEMORY_MB, files: BOX_FILES }, full, levels, score: confirmed?.pass ? score : 0, confirmed, processes_cost: cost, line }
+  return { box: { memory_mb: BOX_MEMORY_MB, files: BOX_FILES }, full, levels, score: confirmed?.pass ? score : 0, confirmed, processes_cost: cost, memory_binds_users: binds, line }
 
   async function processesCost(users: number, at: Level | undefined) {
     if (!at) return undefined
