@@ -189,13 +189,15 @@ export function answerError(error: Error, c: Context<Env>) {
 }
 
 // A body over 16 KB is refused unread: by its Content-Length, or, when it comes chunked, by hono's
-// bodyLimit counting as it reads. Only the chunked case pays for bodyLimit's web stream.
+// bodyLimit counting as it reads. Only the chunked case pays for bodyLimit's web stream. Over HTTP/1 a
+// request with neither header has no body (RFC 9112, 6.3), as a like from `curl -X POST`.
 const limitChunkedBody = bodyLimit({ maxSize: MAX_BODY_BYTES, onError: refuseBody })
 
 export function limitBody<Path extends string>(c: Context<Env, Path>, next: Next) {
   const length = c.req.header('content-length')
-  if (length === undefined) return limitChunkedBody(c, next)
-  return Number(length) > MAX_BODY_BYTES ? refuseBody() : next()
+  if (length !== undefined) return Number(length) > MAX_BODY_BYTES ? refuseBody() : next()
+  if (c.env?.incoming?.httpVersionMajor === 1 && c.req.header('transfer-encoding') === undefined) return next()
+  return limitChunkedBody(c, next)
 }
 
 export const BODY_TOO_LARGE = 'request body must be at most 16 KB'

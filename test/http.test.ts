@@ -60,6 +60,23 @@ describe('POST /posts', () => {
   })
 })
 
+describe('POST /posts/:id/like', () => {
+  test('takes a like with no body, whether it says Content-Length: 0 or has neither header (curl -X POST)', async () => {
+    for (const [userId, headers] of [[44, ['Content-Length: 0']], [45, []]] as const) {
+      const answer = await send(request('POST /posts/77/like HTTP/1.1', ['Host: test', await auth(userId), ...headers]))
+      assert.equal(answer.status, 201)
+      assert.equal(answer.body, '{"liked":true,"already_liked":false,"post_id":77}')
+    }
+  })
+
+  test('refuses a chunked body of 16,385 bytes with a 413', async () => {
+    const body = 'x'.repeat(16 * 1024 + 1)
+    const answer = await send(request('POST /posts/77/like HTTP/1.1', ['Host: test', await auth(46), 'Transfer-Encoding: chunked'], `${body.length.toString(16)}\r\n${body}\r\n0\r\n\r\n`))
+    assert.equal(answer.status, 413)
+    assert.equal(answer.body, '{"error":"request body must be at most 16 KB"}')
+  })
+})
+
 describe('GET /feed', () => {
   test('lists posts of the same instant by id, highest first', async () => {
     const { posts } = JSON.parse((await send(request('GET /feed HTTP/1.1', ['Host: test']))).body)
