@@ -39,3 +39,14 @@ for tool in node npm npx; do
   if [ -e "$INSTALL_ROOT/$name/bin/$tool" ]; then ln -sf "$INSTALL_ROOT/$name/bin/$tool" "$PREFIX/bin/$tool"; fi
 done
 echo "install.sh: $("$PREFIX/bin/node" --version) installed in $INSTALL_ROOT/$name"
+
+# mimalloc, from the distribution, which start.sh preloads: with it Node holds a connection of the
+# challenge's load in about a quarter less memory than with glibc's malloc, for the same CPU.
+allocator=libmimalloc2.0
+apt-cache show libmimalloc3 >/dev/null 2>&1 && allocator=libmimalloc3
+export DEBIAN_FRONTEND=noninteractive
+if ! dpkg -s "$allocator" >/dev/null 2>&1; then
+  apt-get install -y --no-install-recommends "$allocator" >/dev/null ||
+    { apt-get update >/dev/null && apt-get install -y --no-install-recommends "$allocator" >/dev/null; }
+fi
+echo "install.sh: $allocator installed, for start.sh to preload"

@@ -51,6 +51,7 @@ describe('install.sh', () => {
     assert.equal(run.status, 0, run.stderr)
     assert.equal(execFileSync(join(prefix, 'bin', 'node'), ['--version'], { encoding: 'utf8' }).trim(), process.version)
     assert.match(run.stdout, new RegExp(`installed in .*/opt/${name}`))
+    assert.match(run.stdout, /install\.sh: libmimalloc(2\.0|3) installed, for start\.sh to preload/)
   })
 
   test('refuses a tarball whose SHA-256 does not match, and installs nothing', () => {
@@ -125,6 +126,10 @@ describe('build.sh and start.sh, as the challenge runs them', () => {
   })
 
   contractTests(() => ({ url: server.url, tokens: db.tokens }))
+
+  test('start.sh runs node with mimalloc preloaded', () => {
+    assert.match(readFileSync(`/proc/${server.child.pid}/maps`, 'utf8'), /\/libmimalloc\.so\.[23]/)
+  })
 
   test('start.sh hands SIGTERM to node, which exits 0', async () => {
     assert.equal(await server.stop('SIGTERM'), 0)

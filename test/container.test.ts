@@ -128,7 +128,7 @@ describe('the image, built and run by a real Docker engine as the README says', 
     docker('image', 'rm', tag)
   })
 
-  test('adds its bundles and the Litestream binary to the base image, and nothing else of size', (t) => {
+  test('adds its bundles, mimalloc and the Litestream binary to the base image, and nothing else of size', (t) => {
     const size = (image: string) => Number(docker('image', 'inspect', '--format', '{{.Size}}', image).stdout)
     const added = size(tag) - size(baseImage)
     const litestream = Number(docker('run', '--rm', tag, 'stat', '-c', '%s', '/usr/local/bin/litestream').stdout)
@@ -137,6 +137,12 @@ describe('the image, built and run by a real Docker engine as the README says', 
     assert.ok(added - litestream > 0 && added - litestream < 1024 * 1024, `${added - litestream} bytes besides Litestream`)
     const listing = docker('run', '--rm', tag, 'ls', '-A', '/app', '/app/dist').stdout
     assert.equal(listing, '/app:\ndist\n\n/app/dist:\napp.js\nseed.js\nstart.js\n')
+  })
+
+  test('runs node with mimalloc preloaded, as challenge/start.sh does', () => {
+    const maps = docker('exec', name, 'cat', '/proc/1/maps')
+    assert.equal(maps.status, 0, maps.stderr)
+    assert.match(maps.stdout, /\/usr\/local\/lib\/libmimalloc\.so\.3/)
   })
 
   test('seeded the empty volume on the first start, with progress in the log', () => {
