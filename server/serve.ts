@@ -103,7 +103,8 @@ function boundPipelining(listener: RequestListener): RequestListener {
     outgoing.on('finish', written) // its last byte is with the kernel
     // Answered once Node has parsed all it read (Node runs no microtask inside its parser): a
     // connection that pipelines past the bound is closed by then, and costs no query. A microtask,
-    // not setImmediate, which costs an extra turn of the event loop (BENCHMARKS.md).
+    // not setImmediate, which costs an extra turn of the event loop (BENCHMARKS.md, "Counted:
+    // instructions, syscalls and CPU time a request").
     queueMicrotask(() => answerIfOpen(listener, incoming, outgoing))
   }
 }
