@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run once as root on a clean Ubuntu 24.04: installs the pinned Node.js from the official release
-# tarball, verified by its SHA-256, into /opt, with node, npm and npx linked into /usr/local/bin.
+# tarball, verified by its SHA-256, into /opt, with node, npm and npx linked into /usr/local/bin; then
+# the distribution's mimalloc with apt.
 set -euo pipefail
 
 NODE_VERSION=26.10.0
