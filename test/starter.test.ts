@@ -20,8 +20,9 @@ function starterCommands(): string[] {
 describe('app.ts as a starter, copied as the README says', { timeout: 180_000 }, () => {
   const folder = mkdtempSync(join(tmpdir(), 'starter-'))
   const db = freshSeededCopy()
-  // The project's Node first on the PATH; npm from its cache when it has the packages (npm ci filled it).
-  const env = { PATH: `${dirname(process.execPath)}:${process.env.PATH}`, HOME: folder, npm_config_prefer_offline: 'true', npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' }
+  // The machine's environment (its registry and CA settings: npm asks the registry for the packages'
+  // metadata, which npm ci never cached), the project's Node first on the PATH, and a home of its own.
+  const env = { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH}`, HOME: folder, npm_config_prefer_offline: 'true', npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' }
   const commands = starterCommands()
   let server: Server
 
