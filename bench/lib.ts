@@ -190,12 +190,16 @@ export function shippedNodeFlags(): string[] {
 
 // The allocator the image preloads (its Dockerfile's LD_PRELOAD), as this machine's Debian has it:
 // every server the benchmark starts runs with it, as shipped. The instruction count keeps glibc's.
-export const SHIPPED_ENV = ((): Record<string, string> => {
-  if (!/^ENV LD_PRELOAD=\S*libmimalloc/m.test(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'))) return {}
+let shippedEnvironment: Record<string, string> | undefined
+export function shippedEnv(): Record<string, string> {
+  if (shippedEnvironment) return shippedEnvironment
+  shippedEnvironment = {}
+  if (!/^ENV LD_PRELOAD=\S*libmimalloc/m.test(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'))) return shippedEnvironment
   const lib = ['3', '2'].map((major) => `/usr/lib/${process.arch === 'arm64' ? 'aarch64' : 'x86_64'}-linux-gnu/libmimalloc.so.${major}`).find((path) => existsSync(path))
-  if (!lib) throw new Error("the image preloads mimalloc: install Debian's libmimalloc3 or libmimalloc2.0 (.ci/run does)")
-  return { LD_PRELOAD: lib }
-})()
+  if (lib) shippedEnvironment.LD_PRELOAD = lib
+  else log("bench: the image preloads mimalloc and this machine has none (Debian's libmimalloc2.0 or libmimalloc3): the servers run on glibc's malloc")
+  return shippedEnvironment
+}
 
 export type Server = { child: ChildProcess; pid: number; url: string; stdout: () => string; stderr: () => string; stop: () => Promise<void> }
 
@@ -258,7 +262,7 @@ export async function startServer(script: string, { node = process.execPath, fla
   const [file, ...argv] = cgroup ? ['sh', '-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, ...command] : command
   const child = spawn(file, argv, {
     // The seed signs tokens.json with the default secret; naming it also silences the server's warning.
-    env: { PATH: process.env.PATH, ...SHIPPED_ENV, SQLITE_PATH: copy, HOST: '127.0.0.1', PORT: '0', JWT_SECRET: 'twelve-dollar-challenge', ...env },
+    env: { PATH: process.env.PATH, ...shippedEnv(), SQLITE_PATH: copy, HOST: '127.0.0.1', PORT: '0', JWT_SECRET: 'twelve-dollar-challenge', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let output = ''

@@ -18,7 +18,7 @@ import { cpus, release, totalmem } from 'node:os'
 import { basename, dirname, join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { renderChart } from './chart.ts'
-import { CACHE, countSyscalls, cpuTicks, ensureTools, LITESTREAM, LOAD_CORE, log, memoryCgroup, nodeRelease, processTree, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedNodeFlags, SHIPPED_ENV, startS3rver, startServer, TICK_US, treeCpu, treeCpuTicks, treeMemoryKb, treeSwitches, usersGenerator, wrk, WORKDIR, type Seed, type Server } from './lib.ts'
+import { CACHE, countSyscalls, cpuTicks, ensureTools, LITESTREAM, LOAD_CORE, log, memoryCgroup, nodeRelease, processTree, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedEnv, shippedNodeFlags, startS3rver, startServer, TICK_US, treeCpu, treeCpuTicks, treeMemoryKb, treeSwitches, usersGenerator, wrk, WORKDIR, type Seed, type Server } from './lib.ts'
 
 const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
 // Users per generator, and so per loopback address of the server: one client address may open about
@@ -576,7 +576,7 @@ async function main() {
     if (v.name === 'ours again') continue
     const replica = v.env?.LITESTREAM_REPLICA_URL ? ` under litestream replicate, to ${v.env.LITESTREAM_REPLICA_URL}` : ''
     const app = v.app.startsWith(ROOT) ? v.app.slice(ROOT.length + 1) : v.app
-    const preload = { ...SHIPPED_ENV, ...v.env }.LD_PRELOAD
+    const preload = { ...shippedEnv(), ...v.env }.LD_PRELOAD
     console.log(`${v.name}: ${preload ? `LD_PRELOAD=${preload} ` : ''}node ${[...v.flags, app].join(' ')}${args.workers !== '0' ? `, WORKERS=${args.workers}` : ''}${replica} (${versions(v.node)})`)
   }
 
