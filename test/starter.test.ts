@@ -20,15 +20,16 @@ function starterCommands(): string[] {
 describe('app.ts as a starter, copied as the README says', { timeout: 180_000 }, () => {
   const folder = mkdtempSync(join(tmpdir(), 'starter-'))
   const db = freshSeededCopy()
-  // The machine's environment (its registry and CA settings: npm asks the registry for the packages'
-  // metadata, which npm ci never cached), the project's Node first on the PATH, and a home of its own.
-  const env = { ...process.env, PATH: `${dirname(process.execPath)}:${process.env.PATH}`, HOME: folder, npm_config_prefer_offline: 'true', npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' }
+  // The project's Node first on the PATH, and a home of its own.
+  const env = { PATH: `${dirname(process.execPath)}:${process.env.PATH}`, HOME: folder, npm_config_prefer_offline: 'true', npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' }
   const commands = starterCommands()
   let server: Server
 
   before(async () => {
     const setup = commands.slice(0, -1)
-    const run = spawnSync('bash', ['-euxc', setup.join('\n')], { cwd: folder, env: { ...env, npm_config_cache: join(process.env.HOME ?? '/root', '.npm') }, stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', timeout: 120_000 })
+    // npm with the machine's environment (its registry and CA settings: it asks the registry for the
+    // packages' metadata, which npm ci never cached); the server below without it.
+    const run = spawnSync('bash', ['-euxc', setup.join('\n')], { cwd: folder, env: { ...process.env, ...env, npm_config_cache: join(process.env.HOME ?? '/root', '.npm') }, stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', timeout: 120_000 })
     assert.equal(run.status, 0, `the README's commands (${run.error?.message ?? `exit ${run.status}`}):\n${run.stdout}${run.stderr}`)
     const cd = /^mkdir (\S+) && cd \1$/.exec(setup[0])?.[1]
     assert.ok(cd, `the first command makes the folder and enters it: ${setup[0]}`)
