@@ -26,6 +26,9 @@ export function createApiServer(fetch: Fetch): Server {
       requestTimeout: 30_000,
       connectionsCheckingInterval: 2_000, // ...within 2 s of its time running out
       requireHostHeader: false, // Node's refusal has no body; the adapter refuses in the JSON error shape
+      // A request without Content-Length or Transfer-Encoding, as every GET, comes with its body stream
+      // already ended: nothing to set in motion and tear down again for a body it cannot have.
+      optimizeEmptyRequests: true,
     },
     // RFC 9112 requires Host of HTTP/1.1 requests only; the adapter needs one of every request, to build
     // its URL. An HTTP/1.0 request without one is for this server, by whatever name.
