@@ -6,6 +6,8 @@
 //   instructions  valgrind's count (cachegrind, user space only) of runs of 0, n and 2n requests:
 //                 warm = (Ir(2n) - Ir(n)) / n, first n = (Ir(n) - Ir(0)) / n (the JIT's warm-up)
 //   CPU time      one plain run: every thread's time on a CPU between request n and 2n, over n
+//   allocated     the same run: the bytes V8 allocated between request n and 2n, over n (the garbage a
+//                 request leaves, and what it costs in scavenges)
 //   syscalls      the same run: perf's count of the syscall tracepoint between 2n and 3n, over n
 //
 // Under valgrind the server runs with what makes the count repeat (bench/README.md): V8's predictable
@@ -30,13 +32,13 @@ let N = DEFAULT_N
 const PREDICTABLE = ['--predictable', '--random-seed=1', '--hash-seed=1']
 // A difference smaller than this is noise whatever one run's A/A says: runs of the same build spread
 // wider than the two of one A/A (the mix's warm count: 285.2k to 286.6k in 6 runs, 0.5%).
-const FLOOR = { warm: 0.01, first: 0.01, syscalls: 0.02, cpu: 0.05 }
+const FLOOR = { warm: 0.01, first: 0.01, syscalls: 0.02, cpu: 0.05, alloc: 0.02 }
 const BASELINE = join(ROOT, 'bench', 'instructions.json')
 
 export type Target = { name: string; script: string; flags: string[] }
-type Figures = { warm: number; first: number; syscalls: number; cpu: number }
+type Figures = { warm: number; first: number; syscalls: number; cpu: number; alloc: number }
 type Figure = keyof Figures
-const FIGURES: Figure[] = ['warm', 'first', 'syscalls', 'cpu']
+const FIGURES: Figure[] = ['warm', 'first', 'syscalls', 'cpu', 'alloc']
 
 const fmt = (n: number, digits = 0) => n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
 const pct = (x: number) => `${x >= 0 ? '+' : ''}${(100 * x).toFixed(2)}%`
@@ -45,7 +47,7 @@ const pct = (x: number) => `${x >= 0 ? '+' : ''}${(100 * x).toFixed(2)}%`
 // from different ones are not compared.
 export const cpuName = () => `${cpus()[0].model} (${readFileSync('/proc/cpuinfo', 'utf8').match(/^flags\s*:\s*(.*)$/m)?.[1].split(' ').filter((f) => /^(avx|avx2|avx512f|bmi2|sha_ni|fma)$/.test(f)).join(' ')})`
 
-type Run = { child: ChildProcess; port: number; dir: string; stop: () => Promise<number | null> }
+type Run = { child: ChildProcess; port: number; dir: string; output: () => string; stop: () => Promise<number | null> }
 
 // A server on a fresh copy of the seed, in a folder of its own; prefix runs before node (valgrind...).
 async function startTarget(target: Target, seed: Seed, prefix: string[], nodeFlags: string[]): Promise<Run> {
@@ -80,7 +82,7 @@ async function startTarget(target: Target, seed: Seed, prefix: string[], nodeFla
     if (code !== 0) throw new Error(`${target.name} exited with ${code}: ${output.slice(-2000)}`)
     return code
   }
-  return { child, port, dir, stop }
+  return { child, port, dir, output: () => output, stop }
 }
 
 async function answered(run: Run, kind: Kind, from: number, to: number, tokens: string[]) {
@@ -106,12 +108,28 @@ async function instructions(target: Target, kind: Kind, k: number, seed: Seed, t
   return total
 }
 
-// One plain run: every thread's time on a CPU a request between request n and 2n, then every thread's
-// syscalls a request between 2n and 3n (perf counting the syscall tracepoint, which slows each one a
-// little: not while the CPU time is taken).
-async function plainRun(target: Target, kind: Kind, seed: Seed, tokens: string[]): Promise<{ cpu: number; syscalls: number }> {
-  const run = await startTarget(target, seed, [], target.flags)
+// Preloaded in the plain run: on SIGUSR2 the server writes the bytes V8 has allocated since it started.
+const ALLOCATED = `--import=data:text/javascript,${encodeURIComponent(
+  "import { getHeapStatistics } from 'node:v8'; process.on('SIGUSR2', () => process.stderr.write(`allocated ${getHeapStatistics().total_allocated_bytes}\\n`))",
+)}`
+
+// One plain run: every thread's time on a CPU and the bytes V8 allocated, a request, between request n
+// and 2n, then every thread's syscalls a request between 2n and 3n (perf counting the syscall
+// tracepoint, which slows each one a little: not while the CPU time is taken).
+async function plainRun(target: Target, kind: Kind, seed: Seed, tokens: string[]): Promise<{ cpu: number; syscalls: number; alloc: number }> {
+  const run = await startTarget(target, seed, [], [...target.flags, ALLOCATED])
   const pid = run.child.pid!
+  const allocated = async () => {
+    const from = run.output().length
+    process.kill(pid, 'SIGUSR2')
+    const deadline = performance.now() + 10_000
+    let said
+    while (!(said = /allocated (\d+)\n/.exec(run.output().slice(from)))) {
+      if (performance.now() > deadline) throw new Error(`${target.name} did not say what it allocated`)
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+    return Number(said[1])
+  }
   const onCpuNs = () => readdirSync(`/proc/${pid}/task`).reduce((sum, task) => {
     try {
       return sum + Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0])
@@ -121,9 +139,11 @@ async function plainRun(target: Target, kind: Kind, seed: Seed, tokens: string[]
   }, 0)
   try {
     await answered(run, kind, 0, N, tokens)
+    const allocatedBefore = await allocated()
     const before = onCpuNs()
     await answered(run, kind, N, 2 * N, tokens)
     const cpu = (onCpuNs() - before) / 1000 / N
+    const alloc = ((await allocated()) - allocatedBefore) / N
     const perf = spawn('perf', ['stat', '-x,', '-e', 'raw_syscalls:sys_enter', '-p', String(pid)], { stdio: ['ignore', 'ignore', 'pipe'] })
     let counted = ''
     perf.stderr.on('data', (chunk) => (counted += chunk))
@@ -133,7 +153,7 @@ async function plainRun(target: Target, kind: Kind, seed: Seed, tokens: string[]
     await once(perf, 'exit')
     const total = Number(/^(\d+),[^,]*,raw_syscalls:sys_enter/m.exec(counted)?.[1])
     if (!total) throw new Error(`perf counted no syscalls: ${counted}`)
-    return { cpu, syscalls: total / N }
+    return { cpu, syscalls: total / N, alloc }
   } finally {
     await run.stop()
     rmSync(run.dir, { recursive: true, force: true })
@@ -173,11 +193,12 @@ async function measureTarget(target: Target, kinds: Kind[], seed: Seed, tokens: 
       first: wants('first') ? (counted[`ir ${kind} n`] - counted['ir 0']) / N : NaN,
       syscalls: NaN,
       cpu: NaN,
+      alloc: NaN,
     }
   }
-  // The CPU time and the syscalls, one run at a time: the CPU time is timed.
+  // The CPU time, the allocations and the syscalls, one run at a time: the CPU time is timed.
   for (const kind of kinds) {
-    if (wants('syscalls') || wants('cpu')) Object.assign(result[kind], await plainRun(target, kind, seed, tokens))
+    if (wants('syscalls') || wants('cpu') || wants('alloc')) Object.assign(result[kind], await plainRun(target, kind, seed, tokens))
   }
   return result
 }
@@ -186,7 +207,7 @@ type Table = Record<string, Record<string, Figures>> // target -> kind -> figure
 
 // The largest A/A difference of each figure, relative, over every kind.
 function noiseOf(a: Table, b: Table): Figures {
-  const noise: Figures = { warm: 0, first: 0, syscalls: 0, cpu: 0 }
+  const noise: Figures = { warm: 0, first: 0, syscalls: 0, cpu: 0, alloc: 0 }
   for (const target of Object.keys(a)) {
     for (const kind of Object.keys(a[target])) {
       for (const f of FIGURES) {
@@ -208,7 +229,7 @@ function verdict(figure: Figure, ours: number, theirs: number, noise: Figures) {
 }
 
 function print(kinds: Kind[], table: Table, passes: { a: Table; aa: Table }, noise: Figures) {
-  const header = ['endpoint', 'server', 'warm Ir/req', 'A/A', 'first n Ir/req', 'A/A', 'x floor', 'syscalls/req', 'A/A', 'CPU us/req', 'A/A']
+  const header = ['endpoint', 'server', 'warm Ir/req', 'A/A', 'first n Ir/req', 'A/A', 'x floor', 'syscalls/req', 'A/A', 'CPU us/req', 'A/A', 'alloc B/req', 'A/A']
   const rows: string[][] = []
   const aaCell = (target: string, kind: Kind, f: Figure) => {
     const [x, y] = [passes.a[target]?.[kind]?.[f], passes.aa[target]?.[kind]?.[f]]
@@ -219,14 +240,14 @@ function print(kinds: Kind[], table: Table, passes: { a: Table; aa: Table }, noi
       const f = table[target][kind]
       const floor = table.floor?.[kind]?.warm
       rows.push([kind, target, fmt(f.warm), aaCell(target, kind, 'warm'), fmt(f.first), aaCell(target, kind, 'first'),
-        floor ? fmt(f.warm / floor, 2) : '-', fmt(f.syscalls, 2), aaCell(target, kind, 'syscalls'), fmt(f.cpu, 1), aaCell(target, kind, 'cpu')])
+        floor ? fmt(f.warm / floor, 2) : '-', fmt(f.syscalls, 2), aaCell(target, kind, 'syscalls'), fmt(f.cpu, 1), aaCell(target, kind, 'cpu'), fmt(f.alloc), aaCell(target, kind, 'alloc')])
     }
   }
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)))
   const line = (cells: string[]) => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ')
   console.log(line(header))
   for (const r of rows) console.log(line(r))
-  console.log(`\nA/A noise, the largest difference of the same build run twice: warm Ir ${pct(noise.warm)}, first n Ir ${pct(noise.first)}, syscalls ${pct(noise.syscalls)}, CPU time ${pct(noise.cpu)}`)
+  console.log(`\nA/A noise, the largest difference of the same build run twice: warm Ir ${pct(noise.warm)}, first n Ir ${pct(noise.first)}, syscalls ${pct(noise.syscalls)}, CPU time ${pct(noise.cpu)}, allocated ${pct(noise.alloc)}`)
 }
 
 export async function instructionsBench({ seed, flags, only, against, n = DEFAULT_N }: { seed: Seed; flags: string[]; only?: Kind[]; against?: { ref: string; app: string }; n?: number }) {
@@ -279,7 +300,7 @@ export async function checkBaseline({ seed, flags }: { seed: Seed; flags: string
     console.log(`no baseline for this CPU and Node in bench/instructions.json (it has: ${baselines.map((b) => `${b.cpu}, Node ${b.node}`).join('; ') || 'none'}): not checked; to add one, ${update.slice(update.indexOf('run'))}`)
     return true
   }
-  const { change, threshold, call } = verdict('warm', baseline.mix_warm_ir, measured, { warm: baseline.noise, first: 0, syscalls: 0, cpu: 0 })
+  const { change, threshold, call } = verdict('warm', baseline.mix_warm_ir, measured, { warm: baseline.noise, first: 0, syscalls: 0, cpu: 0, alloc: 0 })
   console.log(`baseline ${fmt(baseline.mix_warm_ir)} (${baseline.commit}, ${baseline.recorded}): ${pct(change)}, ${call} (threshold ${pct(threshold)}: 3 x its A/A noise, at least ${pct(FLOOR.warm)})`)
   // Better counts too: a baseline left behind a gain would let a later loss of as much pass unseen.
   if (call !== 'noise') console.log(`the mix costs ${pct(change)} instructions against the baseline: find out why, or ${update}`)
