@@ -56,12 +56,12 @@ describe('pipelined and unread answers', { concurrency: true }, () => {
   const underAttack = aServer()
   const idle = aServer()
 
-  test('beside the pipelining attack, the users see no errors and a p99 within 50 ms of two holds without it; memory is back 10 s after', async (t) => {
+  test('beside the pipelining attack, the users see no errors and a p99 within 50 ms of a hold without it; memory is back 10 s after', async (t) => {
     const { server, port, db } = underAttack
     const tokens = join(db.dir, 'tokens.txt')
     writeFileSync(tokens, db.tokens.map((token) => token.token).join('\n') + '\n')
-    // The noise first: two holds alike, without the attack (the A/A comparison).
-    const quiet = [await holdUsers(server, tokens), await holdUsers(server, tokens)]
+    // The same hold without the attack first.
+    const quiet = await holdUsers(server, tokens)
     const rest = rssMb(server)
     let peak = rest
     const sampler = setInterval(() => (peak = Math.max(peak, rssMb(server))), 20)
@@ -77,17 +77,17 @@ describe('pipelined and unread answers', { concurrency: true }, () => {
     await sleep(Math.max(0, 10_000 - (performance.now() - endedAt)))
     const after10s = rssMb(server)
 
-    const [a, b] = quiet.map((q) => q.p99_ms)
     // The attack's burst costs the users a few ms (p99 4 to 10 ms against 2 to 4 without it, seen
     // here), more on a busy machine; without the bound it cost them seconds (p99 3,472 ms, /health
     // 2 s, 1.5 GB held). A margin of 50 ms tells the two apart on any day, where three times the
-    // difference of the two quiet holds failed a run on drift alone.
-    const bound = Math.max(a, b) + 50
-    t.diagnostic(`p99 without the attack ${a.toFixed(2)} and ${b.toFixed(2)} ms, with it ${hold.p99_ms.toFixed(2)} ms (bound ${bound.toFixed(2)}); ` +
+    // difference of two quiet holds failed a run on drift alone; a second quiet hold, once the
+    // comparison, added 20 s to every run and nothing to the margin.
+    const bound = quiet.p99_ms + 50
+    t.diagnostic(`p99 without the attack ${quiet.p99_ms.toFixed(2)} ms, with it ${hold.p99_ms.toFixed(2)} ms (bound ${bound.toFixed(2)}); ` +
       `${hold.sent} requests, max ${hold.max_ms.toFixed(1)} ms`)
     t.diagnostic(`RSS ${rest.toFixed(0)} MB at rest, ${peak.toFixed(0)} MB at peak, ${after10s.toFixed(0)} MB 10 s after the attack; ` +
       `/health: ${probes.latencies.length} probes during the attack, the slowest ${probes.max.toFixed(1)} ms`)
-    for (const q of quiet) assert.equal(errorCount(q), 0, `errors without the attack: ${JSON.stringify(q.errors)}`)
+    assert.equal(errorCount(quiet), 0, `errors without the attack: ${JSON.stringify(quiet.errors)}`)
     assert.equal(attack.open, 0, `${attack.open} attacking connections still open`)
     assert.equal(errorCount(hold), 0, `errors beside the attack: ${JSON.stringify(hold.errors)}, ${hold.unanswered} unanswered`)
     assert.ok(hold.p99_ms <= bound, `p99 ${hold.p99_ms.toFixed(2)} ms beside the attack`)
