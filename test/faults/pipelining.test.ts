@@ -80,8 +80,8 @@ describe('pipelined and unread answers', { concurrency: true }, () => {
     // The attack's burst costs the users a few ms (p99 4 to 10 ms against 2 to 4 without it, seen
     // here), more on a busy machine; without the bound it cost them seconds (p99 3,472 ms, /health
     // 2 s, 1.5 GB held). A margin of 50 ms tells the two apart on any day, where three times the
-    // difference of two quiet holds failed a run on drift alone; a second quiet hold, once the
-    // comparison, added 20 s to every run and nothing to the margin.
+    // difference of two quiet holds failed a run on drift alone. One quiet hold is the comparison:
+    // a second one only widened the bound by its own drift, and cost 20 s of every run.
     const bound = quiet.p99_ms + 50
     t.diagnostic(`p99 without the attack ${quiet.p99_ms.toFixed(2)} ms, with it ${hold.p99_ms.toFixed(2)} ms (bound ${bound.toFixed(2)}); ` +
       `${hold.sent} requests, max ${hold.max_ms.toFixed(1)} ms`)
