@@ -71,21 +71,26 @@ for (const store of ['a file replica', 's3rver'] as const) {
     })
 
     // One like a transaction grows no file and changes no page 1 of its own: a follower's readers see it
-    // only because every commit of the primary writes page 1, which tells them their cache is stale.
-    test("likes on the primary, one at a time, reach the follower's reads within a few seconds", async () => {
+    // only because every commit of the primary writes page 1, which tells them their cache is stale. A
+    // stale cache stays stale (nothing else is written meanwhile), so the deadline only bounds the wait:
+    // the lag is a second or two, and CI's loaded machine once took over 5 s over s3rver.
+    test("likes on the primary, one at a time, reach the follower's reads within seconds", async (t) => {
+      const lags: number[] = []
       for (let i = 0; i < 5; i++) {
         const id = 400_000 + i
         const count = async () => (await (await fetch(`${url(1)}/posts/${id}`)).json()).post.like_count
         const before = await count()
         assert.equal((await post(url(0), `/posts/${id}/like`, tokens[8800 + i].token)).status, 201)
-        const deadline = performance.now() + 5_000
+        const start = performance.now()
         let now = before
-        while (now === before && performance.now() < deadline) {
+        while (now === before && performance.now() < start + 20_000) {
           await new Promise((resolve) => setTimeout(resolve, 50))
           now = await count()
         }
-        assert.equal(now, before + 1, `post ${id}: the like on follower b`)
+        assert.equal(now, before + 1, `post ${id}: the like on follower b after ${Math.round(performance.now() - start)} ms; its log ends:\n${nodes[1].output().slice(-2000)}`)
+        lags.push(Math.round(performance.now() - start))
       }
+      t.diagnostic(`lags: ${lags.join(', ')} ms`)
     })
 
     const creates = everything ? 1000 : 200
