@@ -5,7 +5,7 @@
 //     pipelined: each connection sends --depth `GET /feed` at once (2,000 are 62 KB), then nothing
 //   node test/pipelining-attacker.ts --port 3000 --connections 200 --every 2 --seconds 5
 //     trickle: each connection sends one more every --every ms for --seconds, as a reader too slow to
-//     take one feed before it asks for the next
+//     take one feed before it asks for the next (the --depth first, 1 by default)
 //
 // Connects every connection, prints {"event":"connected"} and waits for a line on stdin; then sends,
 // and after --seconds reads whatever each connection still holds and prints {"event":"done","open":n,...}:
@@ -46,12 +46,16 @@ for (const a of attackers) {
   a.sent += Number(opts.depth)
 }
 
+// A tick that comes late (this process is niced, and the machine may be busy) sends every request due
+// by then: the attack is as big as its schedule, however little CPU it gets.
+const started = performance.now()
 const trickle = opts.every
   ? setInterval(() => {
+      const due = Number(opts.depth) + Math.floor((performance.now() - started) / Number(opts.every))
       for (const a of attackers) {
-        if (a.socket.writable) {
-          a.socket.write(REQUEST)
-          a.sent++
+        if (a.socket.writable && a.sent < due) {
+          a.socket.write(REQUEST.repeat(due - a.sent))
+          a.sent = due
         }
       }
     }, Number(opts.every))
