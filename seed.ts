@@ -190,8 +190,13 @@ async function main() {
 
   // Loading speed only: the file is renamed into place after it is complete.
   db.exec('PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -262144')
-  db.exec(schema)
+  // The tables first, the secondary indexes once the rows are in: built from sorted keys, not grown
+  // row by row. The file comes out the same: VACUUM below builds every index after the rows anyway.
+  const statements = schema.split(';').filter((sql) => sql.trim())
+  const isIndex = (sql: string) => /^\s*CREATE INDEX/m.test(sql.replace(/^\s*--.*$/gm, ''))
+  db.exec(statements.filter((sql) => !isIndex(sql)).join(';'))
   insertRows(db)
+  db.exec(statements.filter(isIndex).join(';'))
   console.error(`seed: rows written (${elapsed()}); ANALYZE, VACUUM`)
   db.exec('ANALYZE')
   db.exec('VACUUM')
