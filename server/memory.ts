@@ -3,7 +3,7 @@
 // left four times a second and gives way first: short of memory, it takes no more connections than it
 // holds (a new one is closed as it comes; those held are served); shorter, it also closes idle
 // keep-alive connections, least recently used first; with memory back, it takes new ones again.
-import { readFileSync } from 'node:fs'
+import { openSync, readFileSync, readSync } from 'node:fs'
 import type { Server } from 'node:http'
 import type { Socket } from 'node:net'
 
@@ -31,7 +31,12 @@ export const takingConnections = () => state === 'taking'
 // answer under way.
 export function guardMemory(server: Server, connections: Set<Socket>, idleSince: (socket: Socket) => number | undefined, measure = memoryMeter()) {
   const look = () => {
-    const { budget, used } = measure()
+    let budget: number, used: number
+    try {
+      ;({ budget, used } = measure())
+    } catch {
+      return // a look that cannot read the figures changes nothing; the next one tries again
+    }
     const full = Math.max(budget * FULL_SHARE, FULL_AT_LEAST)
     const available = budget - used
     let next = state
@@ -71,17 +76,33 @@ function closeIdle(connections: Set<Socket>, idleSince: (socket: Socket) => numb
 // How much memory there is and how much is used: a memory cgroup's limit and its working set (what it
 // holds but the page cache it could drop), or else the machine's memory and what is not available.
 function memoryMeter(): () => { budget: number; used: number } {
-  const cgroup = limitedCgroup()
+  const meter = limitedCgroup() ?? machineMeter()
   return () => {
-    const { total, used } = cgroup ? cgroup() : machine()
+    const { total, used } = meter()
     return { budget: MEMORY_LIMIT_MB ? MEMORY_LIMIT_MB * MiB : total, used }
   }
 }
 
-function machine() {
-  const meminfo = readFileSync('/proc/meminfo', 'utf8')
-  const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+)`, 'm').exec(meminfo)?.[1] ?? 0) * 1024
-  return { total: kb('MemTotal'), used: kb('MemTotal') - kb('MemAvailable') }
+// A file of the kernel's, opened once and read again from its start at each look: a process whose
+// connections took every file it may open (EMFILE) could not open it then, and the look would throw
+// out of its timer and end the process (test/faults/files.test.ts, once in five runs).
+function kernelFile(path: string): () => string {
+  const fd = openSync(path, 'r')
+  const buffer = Buffer.alloc(16 * 1024) // memory.stat and meminfo are 1 to 2 KB
+  return () => {
+    let length = 0
+    for (let n; (n = readSync(fd, buffer, length, buffer.length - length, length)) > 0; ) length += n
+    return buffer.toString('utf8', 0, length)
+  }
+}
+
+function machineMeter() {
+  const meminfo = kernelFile('/proc/meminfo')
+  return () => {
+    const text = meminfo()
+    const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+)`, 'm').exec(text)?.[1] ?? 0) * 1024
+    return { total: kb('MemTotal'), used: kb('MemTotal') - kb('MemAvailable') }
+  }
 }
 
 // The memory cgroup this process is in, v2 or v1, when it has a limit: reads of it, or undefined.
@@ -92,23 +113,26 @@ function limitedCgroup(): (() => { total: number; used: number }) | undefined {
   } catch {
     return undefined // not Linux: the machine's figures, where it has them
   }
-  const read = (file: string) => readFileSync(file, 'utf8')
-  const stat = (dir: string, key: string) => Number(new RegExp(`^${key} (\\d+)`, 'm').exec(read(`${dir}/memory.stat`))?.[1] ?? 0)
+  const stat = (text: string, key: string) => Number(new RegExp(`^${key} (\\d+)`, 'm').exec(text)?.[1] ?? 0)
   const v1 = lines.find((line) => /^\d+:([^:]*,)?memory(,[^:]*)?:/.test(line))
   try {
     if (v1) {
       const dir = `/sys/fs/cgroup/memory${v1.slice(v1.lastIndexOf(':') + 1)}`.replace(/\/$/, '')
-      const limit = stat(dir, 'hierarchical_memory_limit')
+      const [usage, stats] = [kernelFile(`${dir}/memory.usage_in_bytes`), kernelFile(`${dir}/memory.stat`)]
+      const limit = stat(stats(), 'hierarchical_memory_limit')
       if (!(limit > 0 && limit < 2 ** 60)) return undefined
-      return () => ({ total: limit, used: Number(read(`${dir}/memory.usage_in_bytes`)) - stat(dir, 'total_inactive_file') })
+      return () => ({ total: limit, used: Number(usage()) - stat(stats(), 'total_inactive_file') })
     }
     const v2 = lines.find((line) => line.startsWith('0::'))
     if (!v2) return undefined
     // The nearest limit, from this process's cgroup up.
     for (let path = v2.slice(3); ; path = path.slice(0, path.lastIndexOf('/')) || '/') {
       const dir = `/sys/fs/cgroup${path === '/' ? '' : path}`
-      const limit = Number(read(`${dir}/memory.max`).trim())
-      if (limit > 0) return () => ({ total: limit, used: Number(read(`${dir}/memory.current`)) - stat(dir, 'inactive_file') })
+      const limit = Number(readFileSync(`${dir}/memory.max`, 'utf8').trim())
+      if (limit > 0) {
+        const [current, stats] = [kernelFile(`${dir}/memory.current`), kernelFile(`${dir}/memory.stat`)]
+        return () => ({ total: limit, used: Number(current()) - stat(stats(), 'inactive_file') })
+      }
       if (path === '/') return undefined
     }
   } catch {
