@@ -31,12 +31,13 @@ export const takingConnections = () => state === 'taking'
 // answer under way.
 export function guardMemory(server: Server, connections: Set<Socket>, idleSince: (socket: Socket) => number | undefined, measure = memoryMeter()) {
   const look = () => {
-    let budget: number, used: number
+    let figures
     try {
-      ;({ budget, used } = measure())
+      figures = measure()
     } catch {
       return // a look that cannot read the figures changes nothing; the next one tries again
     }
+    const { budget, used } = figures
     const full = Math.max(budget * FULL_SHARE, FULL_AT_LEAST)
     const available = budget - used
     let next = state
@@ -85,7 +86,7 @@ function memoryMeter(): () => { budget: number; used: number } {
 
 // A file of the kernel's, opened once and read again from its start at each look: a process whose
 // connections took every file it may open (EMFILE) could not open it then, and the look would throw
-// out of its timer and end the process (test/faults/files.test.ts, once in five runs).
+// out of its timer and end the process (test/faults/files.test.ts, 2 runs in 5 before this).
 function kernelFile(path: string): () => string {
   const fd = openSync(path, 'r')
   const buffer = Buffer.alloc(16 * 1024) // memory.stat and meminfo are 1 to 2 KB
