@@ -93,8 +93,9 @@ describe('bench/lib.ts', () => {
     const syscalls = await perf.stop()
     assert.ok(cpuAfter.user + cpuAfter.system > cpu.user + cpu.system, 'CPU time went up')
     // One request at a time: the server waits in epoll_wait for many, each wait a voluntary switch (at
-    // least a fifth of them: 473 of 1,000 were seen once, the next request often there before the wait).
-    assert.ok(switchesAfter.voluntary - switches.voluntary >= 200, `${switchesAfter.voluntary - switches.voluntary} voluntary switches`)
+    // least a tenth of them: 473 of 1,000 were seen once, 197 with another test file loading the
+    // machine; the next request is often there before the wait).
+    assert.ok(switchesAfter.voluntary - switches.voluntary >= 100, `${switchesAfter.voluntary - switches.voluntary} voluntary switches`)
     if (syscalls.count === undefined) assert.match(syscalls.note!, /perf/)
     else assert.ok(syscalls.count >= 3 * 1_000, `${syscalls.count} syscalls`) // a read, a write and an epoll_wait at least
   })
