@@ -39,13 +39,14 @@ async function users(url: string, connections: number, serverPid: number) {
   }
 }
 
-// Connections that each had one answer and stay open.
+// Connections that each had one answer and stay open. Those past a full process wait in the kernel's
+// queue for the next to start, which took over 10 s once with another test file loading the machine.
 async function openConnections(port: number, count: number): Promise<Socket[]> {
   return Promise.all(Array.from({ length: count }, async () => {
     const socket = connect(port, '127.0.0.1').on('error', () => {}) // those of a process killed: reset
-    await once(socket, 'connect', { signal: AbortSignal.timeout(10_000) })
+    await once(socket, 'connect', { signal: AbortSignal.timeout(30_000) })
     socket.write('GET /posts/1 HTTP/1.1\r\nHost: x\r\n\r\n')
-    const [answer] = await once(socket, 'data', { signal: AbortSignal.timeout(10_000) })
+    const [answer] = await once(socket, 'data', { signal: AbortSignal.timeout(30_000) })
     assert.match(String(answer), /^HTTP\/1.1 200 OK/)
     return socket
   }))
