@@ -87,8 +87,8 @@ for (const store of ['a file replica', 's3rver'] as const) {
           await new Promise((resolve) => setTimeout(resolve, 50))
           now = await count()
         }
-        assert.equal(now, before + 1, `post ${id}: the like on follower b after ${Math.round(performance.now() - start)} ms; its log ends:\n${nodes[1].output().slice(-2000)}`)
         lags.push(Math.round(performance.now() - start))
+        assert.equal(now, before + 1, `post ${id}: the like on follower b after ${lags.at(-1)} ms; its log ends:\n${nodes[1].output().slice(-2000)}`)
       }
       t.diagnostic(`lags: ${lags.join(', ')} ms`)
     })
