@@ -21,7 +21,7 @@ const BOX_FILES = 65_535 // LimitNOFILE of the challenge's systemd unit
 const STEP = 250
 const PER_GENERATOR = 18_000 // users a generator holds: its own open files, and ports per address
 
-type Limit = 'cpu' | 'memory' | 'files' | 'errors'
+type Limit = 'cpu' | 'memory' | 'files' | 'latency' | 'errors'
 type Level = {
   users: number; phase: string; ramp_s: number; hold_s: number; requests: number; rate: number
   p95_ms: number; p99_ms: number; failed: number; errors: number; error_example: string
@@ -104,6 +104,17 @@ function progress(logFile: string, started: number) {
 }
 
 const clock = (s: number) => `${Math.floor(s / 60)}m${String(Math.round(s % 60)).padStart(2, '0')}s`
+
+// What failed first in a level that failed: memory (the cgroup killed, or would have), files, the core
+// (over 90% busy), failed requests (or a generator or the server died); else latency: p95 or p99 over
+// the line with every request answered and the core under 90% on average.
+export function limitOf(level: { outOfMemory: boolean; said: string; server_cpu: number; failed: number; complete: boolean }): Limit {
+  if (level.outOfMemory) return 'memory'
+  if (/EMFILE|too many open files/i.test(level.said)) return 'files'
+  if (level.server_cpu > 0.9) return 'cpu'
+  if (level.failed >= 0.01 || !level.complete) return 'errors'
+  return 'latency'
+}
 
 export async function scoreBench({ seed, flags, full, estimate, commit, confirmFrom }: {
   seed: Seed; flags: string[]; full: boolean; commit: string
@@ -194,12 +205,9 @@ export async function scoreBench({ seed, flags, full, estimate, commit, confirmF
       // whose refused and closed connections count as failed requests above.
       const outOfMemory = cgroup.oomKills() > 0 || held > BOX_MEMORY_MB || server.child.signalCode === 'SIGKILL' || /^memory: .*(taking no more|closing idle)/m.test(output)
       result.pass = ok.length === generators.length && !serverDied && !outOfMemory && result.p95_ms < 500 && result.p99_ms < 1000 && failed < 0.01
-      // What failed first: memory (the cgroup killed, or would have), files, then the core, then the rest.
       if (!result.pass) {
-        if (outOfMemory) result.limit = 'memory'
-        else if (/EMFILE|too many open files/i.test(output + result.error_example)) result.limit = 'files'
-        else if (result.server_cpu > 0.9) result.limit = 'cpu'
-        else result.limit = 'errors'
+        const complete = ok.length === generators.length && !serverDied
+        result.limit = limitOf({ outOfMemory, said: output + result.error_example, server_cpu: result.server_cpu, failed, complete })
       }
       levels.push(result)
       appendFileSync(logFile, `${JSON.stringify(result)}\n`)
