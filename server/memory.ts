@@ -119,9 +119,9 @@ function limitedCgroup(): (() => { total: number; used: number }) | undefined {
   try {
     if (v1) {
       const dir = `/sys/fs/cgroup/memory${v1.slice(v1.lastIndexOf(':') + 1)}`.replace(/\/$/, '')
-      const [usage, stats] = [kernelFile(`${dir}/memory.usage_in_bytes`), kernelFile(`${dir}/memory.stat`)]
-      const limit = stat(stats(), 'hierarchical_memory_limit')
+      const limit = stat(readFileSync(`${dir}/memory.stat`, 'utf8'), 'hierarchical_memory_limit')
       if (!(limit > 0 && limit < 2 ** 60)) return undefined
+      const [usage, stats] = [kernelFile(`${dir}/memory.usage_in_bytes`), kernelFile(`${dir}/memory.stat`)]
       return () => ({ total: limit, used: Number(usage()) - stat(stats(), 'total_inactive_file') })
     }
     const v2 = lines.find((line) => line.startsWith('0::'))
