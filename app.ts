@@ -22,7 +22,7 @@ const START_WAIT_MS = Number(process.env.START_WAIT_MS || 30_000)
 // WAL pages after which a commit checkpoints them into the file: SQLite's default, or 0 where another
 // process does the checkpoints (start.ts sets 0 under Litestream).
 const WAL_AUTOCHECKPOINT = Number(process.env.WAL_AUTOCHECKPOINT || 1000)
-const MAX_BODY_BYTES = 16 * 1024
+export const MAX_BODY_BYTES = 16 * 1024
 const MAX_BODY_CHARS = 500
 
 // What a server around the API may change before the first request (server/replica.ts does, under
@@ -133,7 +133,8 @@ export class ApiError extends Error {
 
 const startedAt = Date.now()
 
-// Served by @hono/node-server, a request's env holds Node's own request and response (app.request() has none).
+// Served by @hono/node-server, a request's env holds Node's own request and response (app.request() and
+// server/wire.ts give none).
 type Env = { Bindings: Partial<HttpBindings> }
 export const app = new Hono<Env>()
 
@@ -190,7 +191,8 @@ export function answerError(error: Error, c: Context<Env>) {
 
 // A body over 16 KB is refused unread: by its Content-Length, or, when it comes chunked, by hono's
 // bodyLimit counting as it reads. Only the chunked case pays for bodyLimit's web stream. Over HTTP/1 a
-// request with neither header has no body (RFC 9112, 6.3), as a like from `curl -X POST`.
+// request with neither header has no body (RFC 9112, 6.3), as a like from `curl -X POST`. (A server
+// that reads the body first, as server/wire.ts does, gives it with its Content-Length.)
 const limitChunkedBody = bodyLimit({ maxSize: MAX_BODY_BYTES, onError: refuseBody })
 
 export function limitBody<Path extends string>(c: Context<Env, Path>, next: Next) {

@@ -1,11 +1,20 @@
-// What `node dist/app.js` runs (build.mjs bundles it so): the API of app.ts, served by node:http in as
-// many processes as its connections need, with a guard on memory, under Litestream or as a follower
-// when start.ts says so.
-import { app, hooks, openDatabase, warnOnDefaultSecret } from '../app.ts'
+// What `node dist/app.js` runs (build.mjs bundles it so): the API of app.ts, served on node:net by
+// server/wire.ts (or on node:http by @hono/node-server, with HTTP_SERVER=node-server) in as many
+// processes as its connections need, with a guard on memory, under Litestream or as a follower when
+// start.ts says so.
+import { app, hooks, MAX_BODY_BYTES, openDatabase, warnOnDefaultSecret } from '../app.ts'
 import { guardMemory, memoryHealth } from './memory.ts'
+import { createNodeServer } from './node-server.ts'
 import { connections, runWorkers, serveInProcesses, speaksForAll, supervisesWorkers } from './processes.ts'
 import { follow, PRIMARY_API_URL, replicaHealth, replicate } from './replica.ts'
-import { createApiServer, idleSince } from './serve.ts'
+import { createWireServer } from './wire.ts'
+
+// `net` (the default): our own HTTP/1.1 server on node:net; `node-server`: @hono/node-server on node:http.
+const HTTP_SERVER = process.env.HTTP_SERVER || 'net'
+if (HTTP_SERVER !== 'net' && HTTP_SERVER !== 'node-server') {
+  console.error(`HTTP_SERVER is net or node-server, not ${JSON.stringify(HTTP_SERVER)}`)
+  process.exit(1)
+}
 
 // This script: every process of the server runs it, helpers and workers too, never start.ts again.
 const entry = import.meta.filename
@@ -18,7 +27,7 @@ async function run() {
   const fetch = PRIMARY_API_URL ? follow(app.fetch) : await replicate(app.fetch, speaksForAll)
   hooks.health = () => ({ ...replicaHealth(), ...memoryHealth() })
   await openDatabase()
-  const server = createApiServer(fetch)
-  guardMemory(server, connections, idleSince)
+  const server = HTTP_SERVER === 'net' ? createWireServer(fetch, MAX_BODY_BYTES) : createNodeServer(fetch)
+  guardMemory(server, connections)
   serveInProcesses(server, entry)
 }

@@ -2,10 +2,11 @@
 // process, and with it every connection it holds. So every process of the server looks at what is
 // left four times a second and gives way first: short of memory, it takes no more connections than it
 // holds (a new one is closed as it comes; those held are served); shorter, it also closes idle
-// keep-alive connections, least recently used first; with memory back, it takes new ones again.
+// keep-alive connections, least recently used first; with memory back, it takes new ones again. A
+// connection it does not take is answered all the same (server/api-server.ts, maxConnections).
 import { openSync, readFileSync, readSync } from 'node:fs'
-import type { Server } from 'node:http'
 import type { Socket } from 'node:net'
+import type { ApiServer } from './api-server.ts'
 
 // The memory the server may use, in MiB: by default its memory cgroup's limit, or else the machine's.
 const MEMORY_LIMIT_MB = Number(process.env.MEMORY_LIMIT_MB || 0)
@@ -26,10 +27,8 @@ let shed = 0 // idle connections closed since the guard last took connections
 export const memoryHealth = () => (state === 'taking' ? {} : { memory: state })
 export const takingConnections = () => state === 'taking'
 
-// `connections`: this process's, kept by whoever counts them; `idleSince(socket)`: the order in which
-// an idle connection last answered (lower: longer ago), or undefined while it has a request or an
-// answer under way.
-export function guardMemory(server: Server, connections: Set<Socket>, idleSince: (socket: Socket) => number | undefined, measure = memoryMeter()) {
+// `connections`: this process's, kept by whoever counts them.
+export function guardMemory(server: ApiServer, connections: Set<Socket>, measure = memoryMeter()) {
   const look = () => {
     let figures
     try {
@@ -46,7 +45,7 @@ export function guardMemory(server: Server, connections: Set<Socket>, idleSince:
     else if (available < full || state === 'shedding') next = 'full'
     // Short of memory, it holds no more connections than it held then: one that closes makes room.
     if (next === 'shedding') {
-      shed += closeIdle(connections, idleSince, Math.ceil(connections.size * SHED_SHARE))
+      shed += closeIdle(connections, server, Math.ceil(connections.size * SHED_SHARE))
       server.maxConnections = connections.size
     } else if (next === 'full' && state === 'taking') server.maxConnections = connections.size
     else if (next === 'taking') server.maxConnections = Infinity
@@ -63,10 +62,10 @@ export function guardMemory(server: Server, connections: Set<Socket>, idleSince:
 }
 
 // Closes up to `count` idle connections, those that answered longest ago first; returns how many.
-function closeIdle(connections: Set<Socket>, idleSince: (socket: Socket) => number | undefined, count: number): number {
+function closeIdle(connections: Set<Socket>, server: ApiServer, count: number): number {
   const idle: [number, Socket][] = []
   for (const socket of connections) {
-    const since = idleSince(socket)
+    const since = server.idleSince(socket)
     if (since !== undefined) idle.push([since, socket])
   }
   idle.sort((a, b) => a[0] - b[0])

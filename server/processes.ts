@@ -4,17 +4,16 @@
 // it starts a helper: the server again, with database connections of its own, born with a copy of the
 // listening socket. Full, it stops accepting and the helper accepts from the same socket: the kernel
 // queues what arrives between the two and refuses nothing. The first process does this for every helper
-// in turn. A connection stays where it was taken; a helper that no longer accepts exits with its last
+// in turn, and starts each helper's successor as soon as that helper accepts. A connection stays where it was taken; a helper that no longer accepts exits with its last
 // connection. WORKERS=N fixes the number of processes instead (README, "Configuration").
 import { fork, type ChildProcess } from 'node:child_process'
 import cluster from 'node:cluster'
 import { once } from 'node:events'
 import { readdirSync, readFileSync } from 'node:fs'
-import type { Server } from 'node:http'
-import { createServer as createNetServer, Server as NetServer, type AddressInfo, type Socket } from 'node:net'
+import { createServer as createNetServer, Server as NetServer, type AddressInfo, type Server, type Socket } from 'node:net'
 import { closeDatabase, HOST, PORT } from '../app.ts'
+import type { ApiServer } from './api-server.ts'
 import { takingConnections } from './memory.ts'
-import { drain } from './serve.ts'
 
 // A fixed number of processes sharing the port, each with its own database connections.
 export const WORKERS = Number(process.env.WORKERS || 0)
@@ -34,7 +33,7 @@ const SPARE_FILES = Math.max(64, Math.floor(FILE_LIMIT / 16))
 // connections a second, many times over: 2,300 under a limit of 20,000 and 7,700 under 65,535.
 const NEARLY_FULL = 7 / 8
 const SOCKET_FD = 4 // where a helper has its copy: after stdin, stdout, stderr and the IPC channel
-type Order = 'ready' | 'nearly full' | 'full' | 'copy' | 'stop' | 'accept'
+type Order = 'ready' | 'nearly full' | 'full' | 'copy' | 'successor' | 'stop' | 'accept'
 
 // Every process that serves: its connections, and whether it takes new ones.
 export const connections = new Set<Socket>()
@@ -42,18 +41,20 @@ let capacity = Infinity // connections it takes before it stops accepting
 let accepting: Server | undefined
 let saidNearlyFull = false
 let saidFull = false
+let succeeded = false // another process holds a copy of the socket it accepts from
 let steppedOut = false // it accepted, and no longer does
 let stopping = false // SIGTERM: draining, then exiting
 let drained = false // every connection of its own closed
 
-let served: Server // this process's server
+let served: ApiServer // this process's server
 let entry = '' // the server's script, which helpers run
 
-// Serves `server` from this process until SIGTERM or SIGINT, with helpers running `serverEntry` as the
+// Serves `api` from this process until SIGTERM or SIGINT, with helpers running `serverEntry` as the
 // connections need them; then drains, closes the database and exits 0.
-export function serveInProcesses(server: Server, serverEntry: string) {
-  served = server
+export function serveInProcesses(api: ApiServer, serverEntry: string) {
+  served = api
   entry = serverEntry
+  const server = api.server
   server.on('connection', counted)
   if (isHelper) takeOrders(server)
   else listenOnPort(server)
@@ -65,7 +66,7 @@ function stop() {
   if (stopping) return // a second signal changes nothing: the drain is under way, bounded at 10 s
   stopping = true
   for (const helper of helpers) helper.kill('SIGTERM')
-  drain(served, () => {
+  served.drain(() => {
     drained = true
     exitWhenDone()
   })
@@ -102,6 +103,9 @@ function counted(socket: Socket) {
   if (connections.size >= capacity && !saidFull) {
     saidFull = true
     tellFirst('full')
+    // With the socket held by its successor, it stops at once: a burst queued in the kernel would
+    // otherwise be accepted past the file limit while the first process answers, and reset.
+    if (isHelper && succeeded) stopAccepting()
   }
 }
 
@@ -110,10 +114,11 @@ function uncounted(this: Socket) {
   if (isHelper && steppedOut && connections.size === 0) stop()
 }
 
-// node:http's close() would also close the idle connections: only the listener closes.
+// Only the listener closes: node:http's close() would also close the idle connections.
 function stopAccepting() {
+  if (!accepting) return
   steppedOut = true
-  saidNearlyFull = saidFull = false
+  saidNearlyFull = saidFull = succeeded = false
   NetServer.prototype.close.call(accepting!)
   accepting = undefined
   console.log(`process ${process.pid} is full (${connections.size} connections, ${FILE_LIMIT} open files at most): the next takes new ones`)
@@ -179,6 +184,7 @@ function startHelper(copy: NetServer): ChildProcess {
       copyAsked = false
       nextHelper = startHelper(server)
       server.close() // the new helper has its own copy now
+      helper.send('successor')
       if (fullWaiting) moveOn(helper)
     } else if (helper === acceptor) {
       if (message === 'nearly full') prepareNext(helper)
@@ -206,7 +212,7 @@ function acceptAgain() {
   copyAsked = fullWaiting = false
   acceptor = undefined
   if (nextHelper) promoteNext()
-  else listenOnPort(served)
+  else listenOnPort(served.server)
 }
 
 // In a helper: what the first process asks of it.
@@ -214,11 +220,17 @@ function takeOrders(server: Server) {
   process.on('message', (message: Order) => {
     if (message === 'copy') process.send!('copy', accepting)
     else if (message === 'stop') stopAccepting()
-    else if (message === 'accept') {
+    else if (message === 'successor') {
+      succeeded = true
+      if (saidFull) stopAccepting()
+    } else if (message === 'accept') {
       server.listen({ fd: SOCKET_FD }, () => {
         accepting = server
         capacity = FILE_LIMIT - filesOpen() - SPARE_FILES
         console.log(`process ${process.pid} takes new connections`)
+        // Its successor is started now, not when it is nearly full: ready long before it is needed.
+        saidNearlyFull = true
+        process.send!('nearly full')
       })
     }
   })

@@ -10,7 +10,7 @@ import { request } from 'node:http'
 import type { DatabaseSync, StatementSync } from 'node:sqlite'
 import { answerError, ApiError, BUSY_TIMEOUT_MS, authenticate, database, errorResponse, hooks, jsonResponse, limitBody, SQLITE_PATH } from '../app.ts'
 import { litestreamFiles, litestreamSocket } from './litestream.ts'
-import type { Fetch } from './serve.ts'
+import type { Fetch } from './api-server.ts'
 
 // `wait`: a write is acknowledged only once the replica holds it.
 const SYNC_WAIT = process.env.LITESTREAM_SYNC === 'wait'

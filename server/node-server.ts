@@ -1,0 +1,171 @@
+// The API on node:http, through @hono/node-server: the server `HTTP_SERVER=node-server` selects, and
+// what `node app.ts` serves the API with. Set for tens of thousands of keep-alive users: its timeouts,
+// the JSON error shape for what never reaches Hono, a bound on pipelined answers nobody reads, a
+// connection past capacity answered rather than dropped, and the drain.
+import { getRequestListener, RequestError, type HttpBindings } from '@hono/node-server'
+import { createServer, type IncomingMessage, type RequestListener, type ServerResponse } from 'node:http'
+import type { Socket } from 'node:net'
+import type { Duplex } from 'node:stream'
+import { errorBody, errorResponse, JSON_HEADERS } from '../app.ts'
+import { DRAIN_MS, HEADERS_TIMEOUT_MS, HEALTH_PATH, KEEP_ALIVE_MS, MAX_UNWRITTEN, REFUSALS, REQUEST_TIMEOUT_MS, RETRY_AFTER_S, type ApiServer, type Fetch } from './api-server.ts'
+import { rawError } from './responses.ts'
+
+type FetchCallback = Parameters<typeof getRequestListener>[0]
+// A connection past capacity may send one request, within this long, to be answered.
+const OVER_CAPACITY_MS = 1_000
+
+export function createNodeServer(fetch: Fetch): ApiServer {
+  let draining = false
+  let admitted = 0
+  // A request the adapter cannot even build (a bad Host header, say) still gets the JSON error.
+  const listener = getRequestListener(closingWhen(fetch, () => draining) as FetchCallback, {
+    errorHandler: (error) => {
+      if (error instanceof RequestError) return errorResponse(400, REFUSALS[400])
+      console.error(error)
+      return errorResponse(500, 'internal server error')
+    },
+  })
+  const server = createServer(
+    {
+      keepAliveTimeout: KEEP_ALIVE_MS,
+      headersTimeout: HEADERS_TIMEOUT_MS, // a slow or silent client is closed...
+      requestTimeout: REQUEST_TIMEOUT_MS,
+      connectionsCheckingInterval: 2_000, // ...within 2 s of its time running out
+      requireHostHeader: false, // Node's refusal has no body; the adapter refuses in the JSON error shape
+      // A request without Content-Length or Transfer-Encoding, as every GET, comes with its body stream
+      // already ended: nothing to set in motion and tear down again for a body it cannot have.
+      optimizeEmptyRequests: true,
+    },
+    boundPipelining(overCapacityAnswered(hostForHttp10(listener))),
+  )
+  const api: ApiServer = {
+    server,
+    maxConnections: Infinity,
+    idleSince,
+    drain(drained) {
+      draining = true
+      server.close(() => drained())
+      setTimeout(() => server.closeAllConnections(), DRAIN_MS).unref()
+    },
+  }
+  server.on('connection', (socket: Connection) => {
+    stopParsingWhenClosed(socket)
+    if (admitted < api.maxConnections) {
+      admitted++
+      socket.once('close', () => admitted--)
+    } else overCapacity(socket)
+  })
+  // HTTP that cannot be parsed, headers over 16 KB, or a client too slow: the same error shape, then close.
+  server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
+    if (error.code === 'ECONNRESET' || !socket.writable) return socket.destroy()
+    socket.end(rawError(CLIENT_ERRORS[error.code ?? ''] ?? 400, REFUSALS[CLIENT_ERRORS[error.code ?? ''] ?? 400]))
+  })
+  // An expectation other than 100-continue: Node's own 417 has no body.
+  server.on('checkExpectation', (_request: IncomingMessage, response: ServerResponse) => refuseAndClose(response, 417))
+  return api
+}
+
+const CLIENT_ERRORS: Record<string, number> = { HPE_HEADER_OVERFLOW: 431, ERR_HTTP_REQUEST_TIMEOUT: 408, HPE_CHUNK_EXTENSIONS_OVERFLOW: 413 }
+
+// RFC 9112 requires Host of HTTP/1.1 requests only; the adapter needs one of every request, to build its
+// URL. An HTTP/1.0 request without one is for this server, by whatever name. A Host that WHATWG URL
+// cannot read (127.0..1, 1270.0.1) is a 400: the adapter would fail building the URL of a POST, a 500.
+const PLAIN_HOST = /^(?:[a-z0-9-]+\.)*[a-z][a-z0-9-]*(?::\d{1,5})?$/
+const hostForHttp10 = (listener: RequestListener): RequestListener => (incoming, outgoing) => {
+  if (incoming.httpVersion === '1.0') incoming.headers.host ??= 'localhost'
+  const host = incoming.headers.host
+  if (host !== undefined && !PLAIN_HOST.test(host) && !URL.canParse(`http://${host}/`)) return refuseAndClose(outgoing, 400)
+  return listener(incoming, outgoing)
+}
+
+// An answer that comes once the drain has begun closes its connection, though its request came before.
+function closingWhen(fetch: Fetch, draining: () => boolean): Fetch {
+  const closeIfDraining = (env: HttpBindings) => {
+    if (draining()) env.outgoing.shouldKeepAlive = false
+  }
+  return (request, env) => {
+    const answer = fetch(request, env)
+    if (answer instanceof Promise) return answer.then((response) => (closeIfDraining(env!), response))
+    closeIfDraining(env!)
+    return answer
+  }
+}
+
+// Past capacity, a connection is answered once and closed: GET /health as usual, anything else a 503;
+// one that asks nothing within a second is sent the 503 all the same.
+const OVER = Symbol('past capacity')
+type Connection = Socket & { [OVER]?: NodeJS.Timeout; [UNWRITTEN]?: number; [ANSWERED]?: number; [READ]?: number }
+
+function overCapacity(socket: Connection) {
+  socket[OVER] = setTimeout(() => {
+    if (!socket.destroyed && socket.bytesRead === 0) socket.end(rawError(503, REFUSALS[503], { 'retry-after': RETRY_AFTER_S }))
+  }, OVER_CAPACITY_MS).unref()
+}
+
+const overCapacityAnswered = (listener: RequestListener): RequestListener => (incoming, outgoing) => {
+  const socket = incoming.socket as Connection
+  if (socket[OVER] === undefined) return listener(incoming, outgoing)
+  clearTimeout(socket[OVER])
+  outgoing.shouldKeepAlive = false
+  if (incoming.method === 'GET' && incoming.url?.split('?')[0] === HEALTH_PATH) return listener(incoming, outgoing)
+  refuseAndClose(outgoing, 503, { 'retry-after': RETRY_AFTER_S })
+}
+
+function refuseAndClose(outgoing: ServerResponse, status: number, fields: Record<string, string> = {}) {
+  const body = errorBody(REFUSALS[status])
+  outgoing.writeHead(status, { ...JSON_HEADERS, ...fields, 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
+}
+
+// Node parses every request in what it has read from a connection and answers each before it looks at
+// whether any are being taken (api-server.ts, MAX_UNWRITTEN). Here the request after the bound closes
+// the connection, and the answers still queued are dropped.
+const UNWRITTEN = Symbol('answers the kernel has not taken')
+// For the memory guard: when a connection last answered (in the order of all answers), and how many
+// bytes it had read by then: more read since is a request on its way.
+const ANSWERED = Symbol('the number of its last answer')
+const READ = Symbol('bytes read at its last answer')
+let answers = 0
+
+function boundPipelining(listener: RequestListener): RequestListener {
+  return (incoming, outgoing) => {
+    const socket = incoming.socket as Connection
+    const ahead = socket[UNWRITTEN] ?? 0
+    if (ahead >= MAX_UNWRITTEN || socket.destroyed) return void socket.destroy()
+    socket[UNWRITTEN] = ahead + 1
+    outgoing.on('finish', written) // its last byte is with the kernel
+    // Answered once Node has parsed all it read (Node runs no microtask inside its parser): a
+    // connection that pipelines past the bound is closed by then, and costs no query. A microtask,
+    // not setImmediate, which costs an extra turn of the event loop (BENCHMARKS.md, "Counted:
+    // instructions, syscalls and CPU time a request").
+    queueMicrotask(() => answerIfOpen(listener, incoming, outgoing))
+  }
+}
+
+function answerIfOpen(listener: RequestListener, incoming: IncomingMessage, outgoing: ServerResponse) {
+  if (!incoming.socket.destroyed) listener(incoming, outgoing)
+}
+
+function written(this: ServerResponse) {
+  const socket = this.req.socket as Connection
+  socket[UNWRITTEN]!--
+  socket[ANSWERED] = ++answers
+  socket[READ] = socket.bytesRead
+}
+
+// One that never asked is idle since it connected.
+function idleSince(socket: Connection): number | undefined {
+  if ((socket[UNWRITTEN] ?? 0) > 0 || socket.writableLength > 0 || socket.bytesRead !== (socket[READ] ?? 0)) return undefined
+  return socket[ANSWERED] ?? 0
+}
+
+// Once a connection is closed, Node still parses the rest of what it read, and builds a request and a
+// response for each, all kept until the close event: 2,000 per connection, for nothing. Its parser's
+// onIncoming callback (undocumented, but how node:http has worked since 0.x) stops the parse when it
+// returns -1. Without it the bound still holds, but 200 such connections cost 500 MB again
+// (test/hostile.test.ts fails).
+type OnIncoming = (request: IncomingMessage, keepAlive: boolean) => number
+function stopParsingWhenClosed(socket: Socket & { parser?: { onIncoming?: OnIncoming } }) {
+  const parser = socket.parser
+  const onIncoming = parser?.onIncoming
+  if (typeof onIncoming === 'function') parser!.onIncoming = (request, keepAlive) => (socket.destroyed ? -1 : onIncoming(request, keepAlive))
+}

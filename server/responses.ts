@@ -1,0 +1,81 @@
+// What goes on the wire for an answer: the status line, the header fields a client relies on (Date, as
+// RFC 9110, 6.6.1 asks of a server with a clock; Content-Length; Connection), and the body, as
+// node:http writes them. Also the JSON errors written before a request exists.
+import { STATUS_CODES } from 'node:http'
+import { errorBody, JSON_HEADERS } from '../app.ts'
+import { GIVEN, type Given } from './web.ts'
+
+// The idle keep-alive timeout, which every answer on a connection kept open announces.
+export const KEEP_ALIVE_MS = 65_000
+const KEEP_ALIVE = `Connection: keep-alive\r\nKeep-Alive: timeout=${KEEP_ALIVE_MS / 1000}\r\n`
+const CLOSE = 'Connection: close\r\n'
+
+// The Date field, made once a second.
+let date = ''
+function dateField(): string {
+  if (!date) {
+    date = `Date: ${new Date().toUTCString()}\r\n`
+    setTimeout(() => (date = ''), 1000 - (Date.now() % 1000)).unref()
+  }
+  return date
+}
+
+const statusLine = (status: number) => `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Unknown'}\r\n`
+
+// A whole answer in the JSON error shape, which closes the connection: for what is refused before a
+// fetch handler sees it (malformed HTTP, headers too large, a client too slow, a server full).
+export function rawError(status: number, message: string, fields: Record<string, string> = {}): string {
+  const body = errorBody(message)
+  const lines = Object.entries({ ...JSON_HEADERS, ...fields }).map(([name, value]) => `${name}: ${value}\r\n`).join('')
+  return `${statusLine(status)}${lines}Content-Length: ${Buffer.byteLength(body)}\r\n${dateField()}${CLOSE}\r\n${body}`
+}
+
+export const CONTINUE = 'HTTP/1.1 100 Continue\r\n\r\n'
+
+// How an answer goes: the head (latin1 where a field value is past ASCII), and a body given whole
+// (written with it) or a stream of one.
+export type Answer = { head: string; latin1?: boolean; body: string | Uint8Array | null; stream?: ReadableStream<Uint8Array>; chunked: boolean; close: boolean }
+type Request = { head: boolean; keepAlive: boolean; minor: 0 | 1 }
+
+// A field name is a token, and a value holds no CR, LF or NUL: what a handler puts in them goes on the
+// wire, so a field that would break the head (or smuggle another in) is refused.
+const FIELD_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+const ASCII_VALUE = /^[\t\x20-\x7e]*$/
+const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/
+// Fields this server writes itself from the answer's framing.
+const FRAMING = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'date'])
+
+// The answer to a request from what a fetch handler returned: a Response that kept what it was given
+// (server/web.ts), or a real one.
+export function answerOf(response: globalThis.Response, request: Request): Answer {
+  const given = (response as { [GIVEN]?: Given })[GIVEN]
+  const status = given ? given.status : response.status
+  const headers = given ? given.headers : response.headers
+  let fields = ''
+  let close = !request.keepAlive
+  let latin1 = false
+  const add = (name: string, value: string) => {
+    if (!FIELD_NAME.test(name) || !(ASCII_VALUE.test(value) || (latin1 = FIELD_VALUE.test(value)))) {
+      throw new TypeError(`an invalid response field: ${JSON.stringify(name)}`)
+    }
+    const lower = name.toLowerCase()
+    if (lower === 'connection' && /\bclose\b/i.test(value)) close = true
+    if (!FRAMING.has(lower)) fields += `${name}: ${value}\r\n`
+  }
+  if (headers instanceof Headers) {
+    for (const cookie of headers.getSetCookie()) add('set-cookie', cookie)
+    headers.forEach((value, name) => name !== 'set-cookie' && add(name, value))
+  } else if (Array.isArray(headers)) for (const [name, value] of headers) add(name, value)
+  else if (headers) for (const name in headers) add(name, (headers as Record<string, string>)[name])
+  const body = given ? given.body : null
+  if (given && typeof body === 'string' && !headers) fields += 'content-type: text/plain;charset=UTF-8\r\n'
+  const bodiless = request.head || status === 204 || status === 304
+  let length = ''
+  if (!bodiless && given) length = `Content-Length: ${body === null ? 0 : typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength}\r\n`
+  const stream = !bodiless && !given ? (response.body ?? undefined) : undefined
+  if (stream && request.minor === 0) close = true // no chunked coding in HTTP/1.0: the close ends the body
+  if (!bodiless && !given && !stream) length = 'Content-Length: 0\r\n'
+  if (stream && request.minor === 1) length = 'Transfer-Encoding: chunked\r\n'
+  const head = `${statusLine(status)}${fields}${dateField()}${close ? CLOSE : KEEP_ALIVE}${length}\r\n`
+  return { head, latin1, body: bodiless ? null : body, stream, chunked: stream !== undefined && request.minor === 1, close }
+}

@@ -1,0 +1,394 @@
+// The API's HTTP/1.1 server, straight on node:net: every request read strictly (server/http1.ts),
+// handed to the fetch handler as a light Request (server/web.ts), and answered in one write. node:http
+// costs about a quarter of a lone request's CPU and half of an idle connection's memory
+// (BENCHMARKS.md, "The wire"); here an idle connection is its socket and a few fields, the bytes of a
+// request are held only while it is split across packets, and one timer a second keeps every time limit.
+import { createServer, type Socket } from 'node:net'
+import { CHUNKED, ChunkedBody, readHead, type Head, type Progress, type Refusal } from './http1.ts'
+import { answerOf, CONTINUE, rawError } from './responses.ts'
+import { IncomingRequest, useGivenResponses } from './web.ts'
+import { DRAIN_MS, HEADERS_TIMEOUT_MS, HEALTH_PATH, KEEP_ALIVE_MS, MAX_UNWRITTEN, REFUSALS, REQUEST_TIMEOUT_MS, RETRY_AFTER_S, type ApiServer, type Fetch } from './api-server.ts'
+
+// After its last answer a connection is closed gently: the answer, a FIN, and what the client still
+// sends read and dropped until it closes too, or this long (RFC 9112, 9.6). Closed at once, with
+// bytes unread, the kernel would reset it, and the client could lose the answer.
+const LINGER_MS = 2_000
+// A connection past maxConnections may send one request, within this long, to be answered.
+const OVER_CAPACITY_MS = 1_000
+// Bytes read ahead of the request being answered, past which reading waits for the answer.
+const MAX_READ_AHEAD = 64 * 1024
+const CHECK_MS = 1_000
+
+// A connection's states: waiting for a request (new, or kept alive after an answer), reading one,
+// answering one, and closing after its last answer.
+const WAITING = 0
+const READING = 1
+const ANSWERING = 2
+const CLOSING = 3
+
+const CONNECTION = Symbol('the wire connection')
+type Wired = Socket & { [CONNECTION]: Connection }
+let answers = 0 // answers given by this process, to order connections by their last
+
+export function createWireServer(fetch: Fetch, maxBodyBytes: number): ApiServer {
+  useGivenResponses()
+  const served: Served = { fetch, maxBodyBytes, connections: new Set(), admitted: 0, draining: false }
+  const api: ApiServer = {
+    maxConnections: Infinity,
+    server: createServer({ allowHalfOpen: true, noDelay: true }, (socket) => {
+      const admitted = served.admitted < api.maxConnections
+      if (admitted) served.admitted++
+      served.connections.add(new Connection(socket as Wired, !admitted, served))
+    }),
+    idleSince: (socket) => (socket as Wired)[CONNECTION]?.idleSince(),
+    drain(drained) {
+      served.draining = true
+      api.server.close(() => drained())
+      for (const connection of served.connections) connection.closeIfIdle()
+      setTimeout(() => served.connections.forEach((connection) => connection.socket.destroy()), DRAIN_MS).unref()
+    },
+  }
+  setInterval(() => {
+    const now = Date.now()
+    for (const connection of served.connections) connection.checkTime(now)
+  }, CHECK_MS).unref()
+  return api
+}
+
+// What the connections of one server share.
+type Served = { fetch: Fetch; maxBodyBytes: number; connections: Set<Connection>; admitted: number; draining: boolean }
+
+class Connection implements Progress {
+  state = WAITING
+  since = Date.now() // when the current wait began: for a request, its first byte
+  bytes: Buffer | undefined // read and not yet used, from `start` to `end`
+  start = 0
+  end = 0
+  head: Head | undefined
+  chunked: ChunkedBody | undefined
+  bodyAt = 0 // how far a chunked body has been read
+  line = 0 // Progress: how far a head in pieces has been read
+  scanned = 0
+  counted = 0
+  lines = 0
+  request: IncomingRequest | undefined
+  answered = 0 // the number of its last answer (0: none yet)
+  sent = 0 // what it has written, in the units of socket.writableLength
+  unwritten: number[] | undefined // where each answer the kernel had not taken when written ends
+  clientEnded = false
+  paused = false
+
+  readonly socket: Wired
+  readonly overCapacity: boolean
+  readonly served: Served
+
+  constructor(socket: Wired, overCapacity: boolean, served: Served) {
+    this.socket = socket
+    this.overCapacity = overCapacity
+    this.served = served
+    socket[CONNECTION] = this
+    socket.on('data', onData).on('end', onEnd).on('error', onError).on('close', onClose)
+  }
+
+  received(chunk: Buffer) {
+    if (this.state === CLOSING) return
+    if (this.bytes === undefined) {
+      this.bytes = chunk
+      this.start = 0
+      this.end = chunk.length
+    } else this.append(chunk)
+    if (this.state === ANSWERING) {
+      if (this.end - this.start > MAX_READ_AHEAD) (this.paused = true), this.socket.pause()
+      return
+    }
+    this.advance()
+  }
+
+  // Adds a chunk to the bytes kept. While a request is being read its bytes stay where they are (what
+  // was read of it points into them); between requests what is left moves to the front.
+  append(chunk: Buffer) {
+    const bytes = this.bytes!
+    const from = this.state === READING ? 0 : this.start
+    if (this.end + chunk.length > bytes.length || from > 0) {
+      const grown = Buffer.allocUnsafe(Math.max(2 * (this.end - from + chunk.length), 1024))
+      bytes.copy(grown, 0, from, this.end)
+      this.bytes = grown
+      this.start -= from
+      this.end -= from
+    }
+    chunk.copy(this.bytes!, this.end)
+    this.end += chunk.length
+  }
+
+  // Reads and answers every request whole in the bytes kept, in order, until one is still on its way
+  // or is being answered. An answer written in this loop counts as not taken by the kernel until the
+  // loop ends, as node:http counts its answers until their 'finish' event, which comes later: a client
+  // that pipelines more than MAX_UNWRITTEN requests at once is closed, as node:http would close it.
+  advance() {
+    for (let answered = 0; this.state === WAITING || this.state === READING; answered++) {
+      const ready = this.nextRequest(answered)
+      if (ready === undefined) {
+        // The client has sent its FIN, and the request it began can never be whole.
+        if (this.clientEnded && this.state === READING) this.refuseStatus(400)
+        return
+      }
+      const answer = this.call(ready)
+      if (answer === undefined) return // answered later, by a promise
+      if (!this.respond(answer)) return
+    }
+  }
+
+  // The next request, once its head and body have all come; undefined while they have not, or after
+  // a refusal.
+  nextRequest(answered: number): { head: Head; body: Buffer | null } | undefined {
+    if (this.bytes === undefined || this.socket.destroyed) return undefined
+    const bytes = this.end === this.bytes.length ? this.bytes : this.bytes.subarray(0, this.end)
+    if (this.state === WAITING) this.begin()
+    let head = this.head
+    if (head === undefined) {
+      const read = readHead(bytes, this.start, this)
+      if (read === undefined) return undefined
+      if ('status' in read) return void this.refuse(read)
+      head = this.head = read
+      if (Math.max(answered, this.unwrittenAnswers()) >= MAX_UNWRITTEN) return void this.socket.destroy()
+      if (this.overCapacity && !(head.method === 'GET' && pathOf(head.url) === HEALTH_PATH)) return void this.refuseStatus(503)
+      if (head.bodyLength > this.served.maxBodyBytes) return void this.refuseStatus(413)
+      if (head.bodyLength === CHUNKED) (this.chunked = new ChunkedBody(this.served.maxBodyBytes)), (this.bodyAt = head.end)
+      if (head.expectContinue) this.write(CONTINUE, false)
+    }
+    return this.body(head, bytes)
+  }
+
+  // A request begins: its clock, and a fresh Progress for its head.
+  begin() {
+    this.state = READING
+    this.since = Date.now()
+    this.line = this.scanned = this.start
+    this.counted = this.lines = 0
+  }
+
+  body(head: Head, bytes: Buffer): { head: Head; body: Buffer | null } | undefined {
+    let body: Buffer | null = null
+    let next = head.end
+    if (this.chunked) {
+      const read = this.chunked.read(bytes, this.bodyAt)
+      if ('status' in read) return void this.refuse(read)
+      this.bodyAt = read.at
+      if (!read.done) return undefined
+      body = Buffer.concat(this.chunked.parts, this.chunked.size)
+      next = read.at
+      // Decoded, the body has a length (RFC 9112, 7.1.3): the handler sees it so.
+      head.fields = dechunkedFields(head.fields, body.length)
+    } else if (head.bodyLength > 0) {
+      if (this.end - head.end < head.bodyLength) return undefined
+      next = head.end + head.bodyLength
+      body = bytes.subarray(head.end, next)
+    }
+    this.start = next
+    this.chunked = undefined
+    return { head, body }
+  }
+
+  // Hands a request to the fetch handler: its answer now, or undefined if it comes later.
+  call({ head, body }: { head: Head; body: Buffer | null }): Response | undefined {
+    this.state = ANSWERING
+    if (this.start === this.end) this.bytes = undefined
+    const request = (this.request = new IncomingRequest(head.method, head.url, head.fields, body))
+    let answer: Response | Promise<Response>
+    try {
+      answer = this.served.fetch(request as unknown as Request)
+    } catch (error) {
+      return this.failed(error)
+    }
+    if (!(answer instanceof Promise)) return answer
+    answer.then(
+      (response) => this.respond(response) && this.advance(),
+      (error) => this.failed(error),
+    )
+    return undefined
+  }
+
+  // Writes the answer; true if the connection goes on to its next request.
+  respond(response: Response): boolean {
+    const request = this.head!
+    this.head = this.request = undefined
+    if (this.socket.destroyed) return false
+    // After the client's FIN, the last request it sent whole is answered with a close.
+    const keepAlive = request.keepAlive && !this.overCapacity && !(this.clientEnded && this.bytes === undefined) && !this.served.draining
+    let answer
+    try {
+      answer = answerOf(response, { head: request.method === 'HEAD', keepAlive, minor: request.minor })
+    } catch (error) {
+      console.error(error)
+      answer = { head: rawError(500, 'internal server error'), body: null, chunked: false, close: true }
+    }
+    this.answered = ++answers
+    const head = answer.latin1 ? Buffer.from(answer.head, 'latin1') : answer.head
+    const body = answer.body
+    if (answer.stream) return void this.stream(head, answer.stream, answer), false
+    if (body === null) this.write(head)
+    else if (typeof head === 'string' && typeof body === 'string') this.write(head + body)
+    else this.write(Buffer.concat([typeof head === 'string' ? Buffer.from(head, 'latin1') : head, typeof body === 'string' ? Buffer.from(body) : body]))
+    return this.afterAnswer(answer.close)
+  }
+
+  afterAnswer(close: boolean): boolean {
+    if (close) return this.close(), false
+    this.state = WAITING
+    this.since = Date.now()
+    if (this.paused) (this.paused = false), this.socket.resume()
+    if (this.clientEnded && this.bytes === undefined) return this.close(), false
+    return true
+  }
+
+  // A body of a stream: chunked in HTTP/1.1, or ended by the close in HTTP/1.0.
+  async stream(head: string | Buffer, body: ReadableStream<Uint8Array>, { chunked, close }: { chunked: boolean; close: boolean }) {
+    this.write(head)
+    try {
+      for await (const chunk of body) {
+        if (this.socket.destroyed) return
+        if (chunk.byteLength === 0) continue
+        this.write(chunked ? Buffer.concat([Buffer.from(`${chunk.byteLength.toString(16)}\r\n`), chunk, CRLF]) : chunk, false)
+        if (this.socket.writableNeedDrain) await drained(this.socket)
+      }
+      if (chunked) this.write('0\r\n\r\n', false)
+    } catch (error) {
+      console.error(error)
+      return void this.socket.destroy() // the head has gone: nothing can say what went wrong
+    }
+    if (this.afterAnswer(close)) this.advance()
+  }
+
+  // Writes bytes; an answer's end is remembered while the kernel has not taken it.
+  write(data: string | Uint8Array, ends = true) {
+    this.socket.write(data)
+    this.sent += data.length
+    if (ends && this.socket.writableLength > 0) (this.unwritten ??= []).push(this.sent)
+  }
+
+  // How many answers the kernel has not taken yet.
+  unwrittenAnswers(): number {
+    if (this.unwritten === undefined) return 0
+    const taken = this.sent - this.socket.writableLength
+    while (this.unwritten.length > 0 && this.unwritten[0] <= taken) this.unwritten.shift()
+    if (this.unwritten.length === 0) this.unwritten = undefined
+    return this.unwritten?.length ?? 0
+  }
+
+  failed(error: unknown): undefined {
+    console.error(error)
+    this.head = this.request = undefined
+    if (!this.socket.destroyed) this.answerAndClose(rawError(500, 'internal server error'))
+    return undefined
+  }
+
+  refuse(refusal: Refusal) {
+    this.refuseStatus(refusal.status)
+  }
+
+  refuseStatus(status: number) {
+    this.answerAndClose(rawError(status, REFUSALS[status], status === 503 ? { 'retry-after': RETRY_AFTER_S } : {}))
+  }
+
+  answerAndClose(answer: string) {
+    this.write(answer)
+    this.answered = ++answers
+    this.close()
+  }
+
+  // The last answer has been written: a FIN after it, then what the client still sends is dropped.
+  close() {
+    this.state = CLOSING
+    this.since = Date.now()
+    this.bytes = this.head = this.chunked = undefined
+    if (this.paused) this.socket.resume()
+    this.socket.end()
+  }
+
+  closeIfIdle() {
+    if (this.state === WAITING && this.bytes === undefined) this.close()
+  }
+
+  closed() {
+    this.served.connections.delete(this)
+    if (!this.overCapacity) this.served.admitted--
+    this.request?.abort(new Error('the client closed the connection before the answer'))
+  }
+
+  idleSince(): number | undefined {
+    return this.state === WAITING && this.bytes === undefined && this.socket.writableLength === 0 ? this.answered : undefined
+  }
+
+  // Once a second: closes what has waited too long. A request too slow is a 408; a connection over
+  // capacity that has not asked is a 503; an idle one is closed without a word, as node:http does.
+  checkTime(now: number) {
+    const waited = now - this.since
+    if (this.state === CLOSING) {
+      if (waited >= LINGER_MS) this.socket.destroy()
+    } else if (this.overCapacity && this.state !== ANSWERING) {
+      if (waited >= OVER_CAPACITY_MS) this.refuseStatus(503)
+    } else if (this.state === WAITING) {
+      if (this.answered === 0 ? waited >= HEADERS_TIMEOUT_MS : waited >= KEEP_ALIVE_MS) {
+        if (this.answered === 0) this.refuseStatus(408)
+        else this.socket.destroy()
+      }
+    } else if (this.state === READING && waited >= (this.head ? REQUEST_TIMEOUT_MS : HEADERS_TIMEOUT_MS)) this.refuseStatus(408)
+  }
+
+  // The client sent its FIN: what it sent whole is answered, then the connection closes (once its FIN
+  // has gone too, the socket closes itself); a request cut short can never be whole, and is refused.
+  clientEnd() {
+    this.clientEnded = true
+    if (this.state === WAITING && this.bytes === undefined) this.close()
+    else if (this.state === READING) this.refuseStatus(400)
+  }
+}
+
+const CRLF = Buffer.from('\r\n')
+
+// Resolves once the socket has taken what it holds, or has closed.
+function drained(socket: Socket): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      socket.off('drain', done).off('close', done)
+      resolve()
+    }
+    socket.on('drain', done).on('close', done)
+  })
+}
+
+// Whatever goes wrong reading a connection ends that connection, never the process.
+function onData(this: Wired, chunk: Buffer) {
+  try {
+    this[CONNECTION].received(chunk)
+  } catch (error) {
+    console.error(error)
+    this.destroy()
+  }
+}
+
+// A URL's path: after its authority, up to its query.
+function pathOf(url: string): string {
+  const path = url.slice(url.indexOf('/', url.indexOf('//') + 2))
+  const query = path.indexOf('?')
+  return query < 0 ? path : path.slice(0, query)
+}
+function onEnd(this: Wired) {
+  this[CONNECTION].clientEnd()
+}
+function onError(this: Wired) {
+  this.destroy() // a reset or a broken pipe: the client is gone, and nothing is logged for it
+}
+function onClose(this: Wired) {
+  this[CONNECTION].closed()
+}
+
+// The fields a handler sees for a body that came chunked: its length instead of its coding.
+function dechunkedFields(fields: string[], length: number): string[] {
+  const kept: string[] = []
+  for (let i = 0; i < fields.length; i += 2) {
+    if (fields[i] !== 'transfer-encoding' && fields[i] !== 'trailer') kept.push(fields[i], fields[i + 1])
+  }
+  kept.push('content-length', String(length))
+  return kept
+}
