@@ -2,7 +2,7 @@
 // No speed is asserted here.
 import assert from 'node:assert/strict'
 import { execFileSync, spawnSync } from 'node:child_process'
-import { writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { countSyscalls, treeCpu, treeSwitches } from '../bench/lib.ts'
@@ -124,52 +124,116 @@ describe('bench/score.ts', () => {
   })
 })
 
-// The floor is only a floor if it does the same work: the same answers, byte for byte but for the
-// new post's id and time, to the requests the instruction counts send.
-describe('bench/floor.ts', () => {
-  const [oursDb, floorDb] = [freshSeededCopy(), freshSeededCopy()]
-  let ours: Server
-  let floor: Server
-  before(async () => {
-    ours = await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: oursDb.path } })
-    floor = await startServer(process.execPath, ['bench/floor.ts'], { env: { SQLITE_PATH: floorDb.path } })
-  })
-  after(async () => {
-    await Promise.all([ours.stop(), floor.stop()])
-    oursDb.remove()
-    floorDb.remove()
-  })
-  const ask = (server: Server, bytes: string) => exchange(Number(new URL(server.url).port), bytes)
+// A floor is only a floor if it does the same work: the same answers, byte for byte but for the new
+// post's id and time, to the requests the instruction counts send. Each of the three: bench/floor.ts on
+// node:http, bench/floor-net.ts on node:net, bench/floor-hono.ts on node:net through Hono.
+const GOLDENS = [['/feed', 'feed.json'], ['/posts/1', 'post-1.json'], ['/posts/250000', 'post-250000.json'], ['/posts/500000', 'post-500000.json']]
 
-  // Every answer framed by a Content-Length where ours has one (bench/users.ts reads nothing else),
-  // the refusals the benchmark's requests can meet included.
-  test('answers the goldens, a like twice, a new post and the refusals as ours does, headers included', async () => {
-    const token = db.tokens[0].token
-    const post = (path: string, auth: string, body = '') =>
-      `POST ${path} HTTP/1.1\r\nHost: t\r\n${auth && `Authorization: Bearer ${auth}\r\n`}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
-    const requests = [
-      'GET /feed HTTP/1.1\r\nHost: t\r\n\r\n', 'GET /posts/1 HTTP/1.1\r\nHost: t\r\n\r\n', 'GET /posts/500001 HTTP/1.1\r\nHost: t\r\n\r\n',
-      post('/posts/7/like', token), post('/posts/7/like', token), post('/posts', token, '{"body":" hello "}'),
-      // The refusals: no such post, a malformed id, no token, a bad token, a malformed or empty body.
-      post('/posts/900000/like', token), post('/posts/x7/like', token), 'GET /posts/x7 HTTP/1.1\r\nHost: t\r\n\r\n',
-      post('/posts/7/like', ''), post('/posts/7/like', `${token.slice(0, -4)}AAAA`), post('/posts/7/like', 'a.b.c'),
-      post('/posts', token, '{"body"'), post('/posts', token, '{"body":"  "}'), 'GET /nothing HTTP/1.1\r\nHost: t\r\n\r\n',
-    ]
-    const withoutDate = (raw: string) => raw.replace(/^date: .*\r\n/im, '').replace(/"id":500001,(.*)"created_at":"[^"]+"/, '"id":500001,$1"created_at":"…"')
-    for (const bytes of requests) {
-      const [mine, theirs] = [await ask(ours, bytes), await ask(floor, bytes)]
-      assert.equal(withoutDate(theirs.raw).toLowerCase(), withoutDate(mine.raw).toLowerCase(), bytes.split('\r\n')[0])
-      assert.equal(theirs.headers['content-length'], String(theirs.bodyBytes), bytes.split('\r\n')[0])
-      assert.equal(theirs.headers['transfer-encoding'], undefined)
-    }
-  })
+// A floor on a fresh seeded copy of its own, for one test.
+async function withFloor(script: string, use: (server: Server, seeded: ReturnType<typeof freshSeededCopy>) => Promise<void>) {
+  const seeded = freshSeededCopy()
+  const server = await startServer(process.execPath, [script], { env: { SQLITE_PATH: seeded.path } })
+  try {
+    await use(server, seeded)
+  } finally {
+    await server.stop()
+    seeded.remove()
+  }
+}
 
-  test('refuses a token signed with another secret', async () => {
-    const [header, payload] = db.tokens[0].token.split('.')
-    const answer = await ask(floor, `POST /posts/1/like HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${header}.${payload}.AAAA\r\nContent-Length: 0\r\n\r\n`)
-    assert.equal(answer.status, 401)
+for (const script of ['bench/floor.ts', 'bench/floor-net.ts', 'bench/floor-hono.ts']) {
+  describe(script, () => {
+    const [oursDb, floorDb] = [freshSeededCopy(), freshSeededCopy()]
+    let ours: Server
+    let floor: Server
+    before(async () => {
+      ours = await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: oursDb.path } })
+      floor = await startServer(process.execPath, [script], { env: { SQLITE_PATH: floorDb.path } })
+    })
+    after(async () => {
+      await Promise.all([ours.stop(), floor.stop()])
+      oursDb.remove()
+      floorDb.remove()
+    })
+    const ask = (server: Server, bytes: string) => exchange(Number(new URL(server.url).port), bytes)
+
+    // Its statements are copies of app.ts's (bench/floor-sql.ts): these are what says they still read
+    // and write what ours does.
+    test('answers the goldens byte for byte on a fresh seed, then a new post and a like of it with 201', async () => {
+      await withFloor(script, async (server, seeded) => {
+        for (const [path, file] of GOLDENS) {
+          const res = await fetch(server.url + path)
+          assert.equal(res.status, 200, path)
+          assert.equal(res.headers.get('content-type'), 'application/json', path)
+          assert.equal(Buffer.compare(Buffer.from(await res.arrayBuffer()), readFileSync(join(ROOT, 'test', 'golden', file))), 0, `${path} is ${file}`)
+        }
+        const { token, username } = seeded.tokens[0]
+        const write = (path: string, body?: string) => fetch(server.url + path, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body })
+        const created = await write('/posts', '{"body":" hello, floor "}')
+        assert.equal(created.status, 201)
+        const text = await created.text()
+        assert.match(text, new RegExp(`^\\{"post":\\{"id":500001,"body":"hello, floor","created_at":"\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z","author":"${username}","like_count":0\\}\\}$`))
+        const liked = await write('/posts/500001/like')
+        assert.equal(liked.status, 201)
+        assert.equal(await liked.text(), '{"liked":true,"already_liked":false,"post_id":500001}')
+      })
+    })
+
+    // Every answer framed by a Content-Length where ours has one (bench/users.ts reads nothing else),
+    // the refusals the benchmark's requests can meet included.
+    test('answers the goldens, a like twice, a new post and the refusals as ours does, headers included', async () => {
+      const token = db.tokens[0].token
+      const post = (path: string, auth: string, body = '') =>
+        `POST ${path} HTTP/1.1\r\nHost: t\r\n${auth && `Authorization: Bearer ${auth}\r\n`}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
+      const requests = [
+        'GET /feed HTTP/1.1\r\nHost: t\r\n\r\n', 'GET /posts/1 HTTP/1.1\r\nHost: t\r\n\r\n', 'GET /posts/500001 HTTP/1.1\r\nHost: t\r\n\r\n',
+        post('/posts/7/like', token), post('/posts/7/like', token), post('/posts', token, '{"body":" hello "}'),
+        // The refusals: no such post, a malformed id, no token, a bad token, a malformed or empty body.
+        post('/posts/900000/like', token), post('/posts/x7/like', token), 'GET /posts/x7 HTTP/1.1\r\nHost: t\r\n\r\n',
+        post('/posts/7/like', ''), post('/posts/7/like', `${token.slice(0, -4)}AAAA`), post('/posts/7/like', 'a.b.c'),
+        post('/posts', token, '{"body"'), post('/posts', token, '{"body":"  "}'), 'GET /nothing HTTP/1.1\r\nHost: t\r\n\r\n',
+      ]
+      const withoutDate = (raw: string) => raw.replace(/^date: .*\r\n/im, '').replace(/"id":500001,(.*)"created_at":"[^"]+"/, '"id":500001,$1"created_at":"…"')
+      for (const bytes of requests) {
+        const [mine, theirs] = [await ask(ours, bytes), await ask(floor, bytes)]
+        assert.equal(withoutDate(theirs.raw).toLowerCase(), withoutDate(mine.raw).toLowerCase(), bytes.split('\r\n')[0])
+        assert.equal(theirs.headers['content-length'], String(theirs.bodyBytes), bytes.split('\r\n')[0])
+        assert.equal(theirs.headers['transfer-encoding'], undefined)
+      }
+    })
+
+    test('refuses a token signed with another secret', async () => {
+      const [header, payload] = db.tokens[0].token.split('.')
+      const answer = await ask(floor, `POST /posts/1/like HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${header}.${payload}.AAAA\r\nContent-Length: 0\r\n\r\n`)
+      assert.equal(answer.status, 401)
+    })
+
+    // What the benchmark sends it: the instruction counts' sequences, wrk's requests and the users' loop,
+    // every answer checked by the sender.
+    test('answers every kind of request the benchmark sends', async () => {
+      await withFloor(script, async (server) => {
+        for (const kind of ['feed', 'post', 'like', 'create', 'mix'] as const) await send(Number(new URL(server.url).port), sequence(kind, 50, db.tokens.map((t) => t.token)))
+        if (hasWrk) {
+          const result = wrk(server.url, 'mix')
+          assert.ok(result.requests > 0)
+          assert.equal(result.bad, 0, result.bad_example)
+        }
+        const result = users(server.url, '--ramp', '1', '--loop-on-arrival')
+        assert.equal(result.connections, 50)
+        assert.ok(result.answered > 300, `answered ${result.answered}`)
+        assert.deepEqual({ ...result.errors, example: '' }, { status: 0, body: 0, closed: 0, connect: 0, example: '' })
+        assert.equal(result.unanswered, 0)
+      })
+    })
+
+    test('refuses what it cannot read with a 400, and closes the connection', { skip: script === 'bench/floor.ts' && 'node:http reads it' }, async () => {
+      for (const bytes of ['nonsense\r\n\r\n', 'GET /feed HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n', 'GET /feed HTTP/1.1\r\nno colon\r\n\r\n']) {
+        const answer = await ask(floor, bytes)
+        assert.equal(answer.raw, 'HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n', bytes.split('\r\n')[0])
+      }
+    })
   })
-})
+}
 
 describe('bench/sequence.ts', () => {
   test('is the same sequence on every call, and sends every kind with every answer checked', async () => {

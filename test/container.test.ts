@@ -105,7 +105,8 @@ describe('the image, built and run by a real Docker engine as the README says', 
   let created: { id: number; body: string }
   const ours = (command: string) =>
     command.replaceAll('3000:3000', `${port}:3000`).replaceAll('feed-data:', `${volume}:`).replace(/twelve-dollar-feed(\s|$)/, `${tag}$1`).split(/\s+/).slice(1)
-  const run = (command: string) => ours(command).toSpliced(1, 0, '-d', '--name', name)
+  // The run's HTTP_SERVER, where it sets one, goes to the container too.
+  const run = (command: string) => ours(command).toSpliced(1, 0, '-d', '--name', name, ...(process.env.HTTP_SERVER ? ['-e', `HTTP_SERVER=${process.env.HTTP_SERVER}`] : []))
   const logs = () => { const l = docker('logs', name); return l.stdout + l.stderr }
   const state = (field: string) => docker('inspect', '--format', `{{${field}}}`, name).stdout.trim()
 

@@ -34,13 +34,15 @@ export type Server = {
 type StartOptions = { env: Record<string, string>; cwd?: string; uid?: number; gid?: number }
 
 // Starts a server process that logs "listening on http://host:port", and waits for that line.
-// PORT defaults to 0 (any free port) and HOST to loopback; env is all the process gets, with PATH.
+// PORT defaults to 0 (any free port) and HOST to loopback; env is all the process gets, with PATH and
+// the run's HTTP_SERVER: `HTTP_SERVER=node-server npm test` runs every test on node:http.
+const HTTP_SERVER = process.env.HTTP_SERVER ? { HTTP_SERVER: process.env.HTTP_SERVER } : {}
 export function startServer(command: string, args: string[], { env, cwd = ROOT, uid, gid }: StartOptions): Promise<Server> {
   const child = spawn(command, args, {
     cwd,
     uid,
     gid,
-    env: { PATH: process.env.PATH ?? '', PORT: '0', HOST: '127.0.0.1', ...env },
+    env: { PATH: process.env.PATH ?? '', PORT: '0', HOST: '127.0.0.1', ...HTTP_SERVER, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let output = ''

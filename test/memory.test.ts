@@ -1,6 +1,7 @@
-// The memory guard (server/memory.ts) on the real server's node:http, with memory figures the test
-// sets: what it closes and what it keeps, and when it takes connections again. test/faults/memory.test.ts
-// runs the built server in a memory cgroup instead.
+// The memory guard (server/memory.ts) on the real server (node:net, or node:http with
+// HTTP_SERVER=node-server), with memory figures the test sets: what it closes and what it keeps, how it
+// answers a connection it does not take, and when it takes connections again.
+// test/faults/memory.test.ts runs the built server in a memory cgroup instead.
 import assert from 'node:assert/strict'
 import { once } from 'node:events'
 import { connect, type Socket } from 'node:net'
@@ -10,38 +11,44 @@ import { sleep, smallDatabase, until } from './helpers.ts'
 
 const db = smallDatabase()
 process.env.SQLITE_PATH = db.path
-const { app, openDatabase } = await import('../app.ts')
-const { createApiServer, idleSince } = await import('../server/serve.ts')
+const { app, hooks, MAX_BODY_BYTES, openDatabase } = await import('../app.ts')
+const { createNodeServer } = await import('../server/node-server.ts')
+const { createWireServer } = await import('../server/wire.ts')
 const { guardMemory, memoryHealth } = await import('../server/memory.ts')
 await openDatabase()
+hooks.health = memoryHealth
 
 const MiB = 1024 * 1024
 let used = 0 // of a budget of 1,000 MiB: the guard's lines are at 100 MiB free, 50 and 150
-const server = createApiServer(app.fetch)
+const api = process.env.HTTP_SERVER === 'node-server' ? createNodeServer(app.fetch) : createWireServer(app.fetch, MAX_BODY_BYTES)
+const server = api.server
 const connections = new Set<Socket>()
 server.on('connection', (socket: Socket) => {
   connections.add(socket)
   socket.on('close', () => connections.delete(socket))
 })
-guardMemory(server, connections, idleSince, () => ({ budget: 1000 * MiB, used: used * MiB }))
+guardMemory(api, connections, () => ({ budget: 1000 * MiB, used: used * MiB }))
 server.listen(0, '127.0.0.1')
 await once(server, 'listening')
 const port = (server.address() as AddressInfo).port
 after(() => {
-  server.closeAllConnections()
   server.close()
+  for (const socket of connections) socket.destroy()
   db.remove()
 })
 
 // A connection, and its first answer.
-async function opened(request = 'GET /posts/1 HTTP/1.1\r\nHost: x\r\n\r\n'): Promise<Socket & { text: string }> {
+async function opened(request = 'GET /posts/1 HTTP/1.1\r\nHost: x\r\n\r\n', answer = /"post"/): Promise<Socket & { text: string }> {
   const socket = Object.assign(connect(port, '127.0.0.1'), { text: '' })
   socket.setEncoding('utf8').on('data', (chunk) => (socket.text += chunk)).on('error', () => {})
   await once(socket, 'connect', { signal: AbortSignal.timeout(5_000) })
   socket.write(request)
-  if (request.endsWith('\r\n\r\n')) await until(() => socket.text.includes('"post"'), 5_000, 'an answer')
+  if (request.endsWith('\r\n\r\n')) await until(() => answer.test(socket.text), 5_000, 'an answer')
   return socket
 }
+
+// Resolves once the socket has closed, if it has not already.
+const whenClosed = (socket: Socket) => (socket.closed ? Promise.resolve() : once(socket, 'close', { signal: AbortSignal.timeout(5_000) }))
 
 test('short of memory: refuses new connections, closes idle ones oldest first, never one under way; then takes them again', async () => {
   const idle: (Socket & { text: string })[] = []
@@ -54,8 +61,17 @@ test('short of memory: refuses new connections, closes idle ones oldest first, n
 
   used = 920 // 80 MiB free: taking no more than it holds
   await until(() => memoryHealth().memory === 'full', 2_000, 'the guard to see it')
-  const refused = connect(port, '127.0.0.1').on('error', () => {})
-  await once(refused, 'close', { signal: AbortSignal.timeout(5_000) })
+  // A connection past capacity is answered, then closed: a request with a 503, /health as usual, and
+  // one that asks nothing with the 503 all the same, within a second or two.
+  const refused = await opened('GET /posts/1 HTTP/1.1\r\nHost: x\r\n\r\n', /"error"/)
+  await whenClosed(refused)
+  assert.match(refused.text, /^HTTP\/1.1 503 [^]*\r\nretry-after: 1\r\n[^]*\r\n\r\n\{"error":"server at capacity"\}$/i)
+  const probe = await opened('GET /health HTTP/1.1\r\nHost: x\r\n\r\n', /"status"/)
+  await whenClosed(probe)
+  assert.match(probe.text, /^HTTP\/1.1 200 [^]*"memory":"full"/)
+  const silent = await opened('')
+  await whenClosed(silent)
+  assert.match(silent.text, /^HTTP\/1.1 503 /)
   assert.equal(memoryHealth().memory, 'full')
 
   used = 960 // 40 MiB free: closing idle connections, 5% of those held at each look (one of ten here)

@@ -1,0 +1,167 @@
+// server/wire.ts with fetch handlers of the test's own, in this process: what the API itself never
+// asks of it (streamed bodies, other statuses, other header values, the request's signal) and how it
+// reads and closes connections, over raw TCP. The API over it: test/http.test.ts and the contract tests.
+import assert from 'node:assert/strict'
+import { once } from 'node:events'
+import { connect, type AddressInfo, type Socket } from 'node:net'
+import { after, before, describe, test } from 'node:test'
+import { Hono } from 'hono'
+import { createWireServer } from '../server/wire.ts'
+import { exchange, until } from './helpers.ts'
+
+let aborted = 0
+const app = new Hono()
+app.get('/stream', () => new Response(new ReadableStream({ start: (c) => (c.enqueue(new TextEncoder().encode('one,')), c.enqueue(new TextEncoder().encode('two')), c.close()) })))
+app.get('/empty/:status', (c) => new Response(null, { status: Number(c.req.param('status')) }))
+app.get('/latin1', () => new Response('x', { headers: { 'x-name': 'Zo\xeb' } }))
+app.get('/injected', () => new Response('x', { headers: { 'x-bad': 'a\r\nset-cookie: b' } }))
+app.get('/bytes', () => new Response(new Uint8Array([104, 105])))
+app.post('/echo', async (c) => c.text(await c.req.text()))
+app.post('/form', async (c) => c.json(Object.fromEntries(await c.req.formData())))
+app.get('/slow', (c) => new Promise<Response>((resolve) => {
+  c.req.raw.signal.addEventListener('abort', () => aborted++)
+  setTimeout(() => resolve(c.text('late')), 300)
+}))
+
+const api = createWireServer(app.fetch, 16 * 1024)
+let port = 0
+before(async () => {
+  api.server.listen(0, '127.0.0.1')
+  await once(api.server, 'listening')
+  port = (api.server.address() as AddressInfo).port
+})
+after(() => api.server.close())
+
+const get = (path: string, version = '1.1') => exchange(port, `GET ${path} HTTP/${version}\r\nHost: t\r\n${version === '1.0' ? '' : 'Connection: close\r\n'}\r\n`)
+
+// Everything a connection sends back until it closes (or timeoutMs), for bytes written in pieces.
+function conversation(pieces: string[], { gapMs = 5, timeoutMs = 3_000 } = {}): Promise<{ text: string; closed: boolean }> {
+  return new Promise((resolve) => {
+    const socket: Socket = connect(port, '127.0.0.1')
+    let text = ''
+    const done = (closed: boolean) => {
+      clearTimeout(timer)
+      socket.destroy()
+      resolve({ text, closed })
+    }
+    const timer = setTimeout(() => done(false), timeoutMs)
+    socket.setEncoding('latin1').on('data', (chunk) => (text += chunk)).on('close', () => done(true)).on('error', () => {})
+    socket.once('connect', async () => {
+      for (const piece of pieces) {
+        socket.write(piece, 'latin1')
+        await new Promise((r) => setTimeout(r, gapMs))
+      }
+    })
+  })
+}
+
+describe('answers', () => {
+  test('a streamed body goes chunked to HTTP/1.1 and ends with the close for HTTP/1.0', async () => {
+    const chunked = await get('/stream')
+    assert.equal(chunked.headers['transfer-encoding'], 'chunked')
+    assert.equal(chunked.body, '4\r\none,\r\n3\r\ntwo\r\n0\r\n\r\n')
+    const old = await get('/stream', '1.0')
+    assert.equal(old.headers.connection, 'close')
+    assert.equal(old.headers['content-length'], undefined)
+    assert.equal(old.body, 'one,two')
+  })
+
+  test('204 and 304 have no body and no Content-Length; 200 with none says Content-Length: 0', async () => {
+    for (const status of [204, 304]) {
+      const answer = await get(`/empty/${status}`)
+      assert.equal(answer.status, status)
+      assert.equal(answer.headers['content-length'], undefined)
+      assert.equal(answer.bodyBytes, 0)
+    }
+    assert.equal((await get('/empty/200')).headers['content-length'], '0')
+  })
+
+  test('HEAD has the GET\'s fields and no body', async () => {
+    const answer = await exchange(port, 'HEAD /bytes HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n')
+    assert.equal(answer.status, 200)
+    assert.equal(answer.bodyBytes, 0)
+  })
+
+  test('bytes are sent as given, with their length; a value past ASCII goes as latin1', async () => {
+    const bytes = await get('/bytes')
+    assert.equal(bytes.body, 'hi')
+    assert.equal(bytes.headers['content-length'], '2')
+    const text = await conversation(['GET /latin1 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n'])
+    assert.match(text.text, /\r\nx-name: Zo\xeb\r\n/)
+  })
+
+  test('a field value that would break the head is a 500, never written', async () => {
+    const answer = await get('/injected')
+    assert.equal(answer.status, 500)
+    assert.doesNotMatch(answer.raw, /set-cookie/)
+  })
+
+  test('every answer has Date', async () => {
+    assert.match((await get('/bytes')).headers.date, /^\w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT$/)
+  })
+})
+
+describe('requests', () => {
+  test('a request written a byte at a time is read', async () => {
+    const request = 'POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello'
+    const { text } = await conversation([...request], { gapMs: 1 })
+    assert.match(text, /^HTTP\/1.1 200 [^]*\r\n\r\nhello$/)
+  })
+
+  test('a chunked body reaches the handler decoded, with its length', async () => {
+    const { text } = await conversation(['POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n', '3;x=y\r\nabc\r\n', '2\r\nde\r\n0\r\nTrailer-A: 1\r\n\r\n'])
+    assert.match(text, /\r\n\r\nabcde$/)
+  })
+
+  test('a form body is read through a real Request, built when asked for', async () => {
+    const body = 'a=1&b=two'
+    const answer = await exchange(port, `POST /form HTTP/1.1\r\nHost: t\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`)
+    assert.deepEqual(JSON.parse(answer.body), { a: '1', b: 'two' })
+  })
+
+  test('Expect: 100-continue is answered 100 first, then the answer', async () => {
+    const { text } = await conversation(['POST /echo HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\n', 'ok'], { gapMs: 50 })
+    assert.match(text, /^HTTP\/1.1 100 Continue\r\n\r\nHTTP\/1.1 200 [^]*\r\n\r\nok$/)
+  })
+
+  test('pipelined requests are answered in order; Connection: close is answered, then the connection closes whatever follows', async () => {
+    const { text, closed } = await conversation(['GET /bytes HTTP/1.1\r\nHost: t\r\n\r\nPOST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabcGET /bytes HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\nGARBAGE\r\n\r\n'])
+    assert.deepEqual([...text.matchAll(/HTTP\/1.1 (\d+) /g)].map((m) => m[1]), ['200', '200', '200'])
+    assert.match(text, /\r\n\r\nhi[^]*\r\n\r\nabc[^]*\r\n\r\nhi$/)
+    assert.ok(closed)
+  })
+
+  test('a client that resets its connection before its answer aborts the request\'s signal', async () => {
+    const socket = connect(port, '127.0.0.1')
+    await once(socket, 'connect')
+    socket.write('GET /slow HTTP/1.1\r\nHost: t\r\n\r\n')
+    await new Promise((r) => setTimeout(r, 50))
+    const abortedBefore = aborted
+    socket.resetAndDestroy()
+    await until(() => aborted === abortedBefore + 1, 2_000, 'the signal to abort')
+  })
+
+  test('a client that sends its FIN while its request is answered still gets the answer, then the close', async () => {
+    const abortedBefore = aborted
+    const answer = await exchange(port, 'GET /slow HTTP/1.1\r\nHost: t\r\n\r\n', { halfClose: true })
+    assert.equal(answer.status, 200)
+    assert.equal(answer.body, 'late')
+    assert.equal(answer.headers.connection, 'close')
+    assert.equal(aborted, abortedBefore, 'a FIN is no reset: the signal stays')
+  })
+
+  // As llhttp does: such a head can never become a request, so it is refused as the byte comes, not
+  // after the timeout for a head.
+  for (const [fault, bytes] of [['a bare CR', 'GET /echo HTTP/1.1\r\nHost: t\r\n\r '], ['a bare LF', 'GET /echo HTTP/1.1\nHo'], ['a NUL', 'GET /echo HTTP/1.1\r\nX: \0']]) {
+    test(`a head not yet whole with ${fault} is refused at once: 400, closed`, async () => {
+      const { text, closed } = await conversation([bytes], { timeoutMs: 1_000 })
+      assert.match(text, /^HTTP\/1\.1 400 /)
+      assert.ok(closed)
+    })
+  }
+
+  test('a client that sends its FIN in the middle of a request gets a 400', async () => {
+    const answer = await exchange(port, 'POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc', { halfClose: true })
+    assert.equal(answer.status, 400)
+  })
+})
