@@ -1,42 +1,16 @@
 // The floor: what our stack costs with nothing of ours around the SQL. A bare node:http server, one
-// node:sqlite connection (WAL, synchronous=NORMAL), app.ts's own statements (read out of its source, so
-// the two cannot drift apart) but for the feed, which it reads in the reference form, tokens checked
-// with node:crypto's HMAC, each write in its own autocommit, no framework. It answers what the benchmark sends exactly as ours does, and the refusals the
+// node:sqlite connection (WAL, synchronous=NORMAL), app.ts's own statements (copied in
+// bench/floor-sql.ts) but for the feed, which it reads in the reference form, tokens checked with
+// node:crypto's HMAC, each write in its own autocommit, no framework. It answers what the benchmark sends exactly as ours does, and the refusals the
 // benchmark's requests can meet (a missing or bad token, a post that is not there, a malformed id or
 // body) with ours' status and body; any other path is a bare 404, and what throws a 500, as ours: every
 // answer framed by a Content-Length, which is what bench/users.ts reads.
 //
 //   SQLITE_PATH=feed.db PORT=3000 node bench/floor.ts
-import { createHmac, timingSafeEqual } from 'node:crypto'
-import { readFileSync } from 'node:fs'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
-import { DatabaseSync } from 'node:sqlite'
+import { DECIMAL, openFloorDatabase, tokenUser, type JsonRow } from './floor-sql.ts'
 
-const SECRET = process.env.JWT_SECRET || 'twelve-dollar-challenge'
-const source = readFileSync(new URL('../app.ts', import.meta.url), 'utf8')
-
-// The SQL of `<name>: db.prepare(...)` in app.ts, as written there.
-function appStatement(name: string): string {
-  const match = new RegExp(`\\b${name}: db\\.prepare\\((['\`])([\\s\\S]*?)\\1\\)`).exec(source)
-  if (!match || match[2].includes('${')) throw new Error(`app.ts has no plain statement named ${name}`)
-  return match[2]
-}
-
-const db = new DatabaseSync(process.env.SQLITE_PATH!)
-db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL')
-// The feed as one statement, the reference form: ours reads it by rowid range when it can (app.ts),
-// which is ours, not the stack's.
-const feed = db.prepare(`
-  SELECT json_object('posts', json_group_array(json_object(
-           'id', p.id, 'body', p.body, 'created_at', p.created_at, 'author', u.username,
-           'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
-         ) ORDER BY p.created_at DESC, p.id DESC)) AS json
-  FROM (SELECT id, user_id, body, created_at FROM posts ORDER BY created_at DESC, id DESC LIMIT 20) AS p
-  JOIN users AS u ON u.id = p.user_id`)
-const post = db.prepare(appStatement('post'))
-const postExists = db.prepare(appStatement('postExists'))
-const insertPost = db.prepare(appStatement('insertPost'))
-const insertLike = db.prepare(appStatement('insertLike'))
+const { db, feed, post, postExists, insertPost, insertLike } = openFloorDatabase(process.env.SQLITE_PATH!)
 
 const HEADERS = Object.entries({ 'content-type': 'application/json', 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' })
 
@@ -46,37 +20,19 @@ function answer(res: ServerResponse, status: number, body: string) {
   for (const [name, value] of HEADERS) res.setHeader(name, value)
   res.end(body)
 }
-const DECIMAL = /^[1-9][0-9]*$/
-
-// HS256 only, checked by hand: the signature, exp, and the claims the writes use.
-// A token that is not JSON where it should be is no user either, as in ours.
-function user(req: IncomingMessage): { id: number; username: string } | undefined {
-  try {
-    const [header, payload, signature] = req.headers.authorization!.slice(7).split('.')
-    if (!signature || JSON.parse(Buffer.from(header, 'base64url').toString()).alg !== 'HS256') return undefined
-    const expected = createHmac('sha256', SECRET).update(`${header}.${payload}`).digest()
-    const given = Buffer.from(signature, 'base64url')
-    if (given.length !== expected.length || !timingSafeEqual(given, expected)) return undefined
-    const claims = JSON.parse(Buffer.from(payload, 'base64url').toString())
-    if (!(claims.exp > Date.now() / 1000) || !DECIMAL.test(claims.sub) || typeof claims.username !== 'string') return undefined
-    return { id: Number(claims.sub), username: claims.username }
-  } catch {
-    return undefined
-  }
-}
 
 async function route(req: IncomingMessage, res: ServerResponse) {
   const [, first, id, last] = req.url!.split('/')
-  if (req.method === 'GET' && first === 'feed' && id === undefined) return answer(res, 200, (feed.get() as { json: string }).json)
+  if (req.method === 'GET' && first === 'feed' && id === undefined) return answer(res, 200, (feed.get() as JsonRow).json)
   if (first !== 'posts') return answer(res, 404, '{"error":"not found"}')
   if (req.method === 'GET' && id !== undefined && last === undefined) {
     if (!DECIMAL.test(id)) return answer(res, 400, '{"error":"invalid post id"}')
-    const row = post.get(Number(id)) as { json: string } | undefined
+    const row = post.get(Number(id)) as JsonRow | undefined
     return row ? answer(res, 200, row.json) : answer(res, 404, '{"error":"post not found"}')
   }
   if (req.method !== 'POST' || (id !== undefined && last !== 'like')) return answer(res, 404, '{"error":"not found"}')
   if (!req.headers.authorization?.startsWith('Bearer ')) return answer(res, 401, '{"error":"missing bearer token"}')
-  const who = user(req)
+  const who = tokenUser(req.headers.authorization)
   if (!who) return answer(res, 401, '{"error":"invalid or expired token"}')
   if (id === undefined) {
     let text = ''
@@ -90,7 +46,7 @@ async function route(req: IncomingMessage, res: ServerResponse) {
     const body = typeof input?.body === 'string' ? input.body.trim() : ''
     if (!body) return answer(res, 400, '{"error":"body is required"}')
     if (body.length > 500 && [...body].length > 500) return answer(res, 400, '{"error":"body must be at most 500 characters"}')
-    const [{ json }] = insertPost.all({ userId: who.id, body, author: who.username }) as { json: string }[]
+    const [{ json }] = insertPost.all({ userId: who.id, body, author: who.username }) as JsonRow[]
     return answer(res, 201, json)
   }
   if (!DECIMAL.test(id)) return answer(res, 400, '{"error":"invalid post id"}')

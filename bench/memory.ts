@@ -3,8 +3,9 @@
 //
 //   node bench/memory.ts [--connections 15000] [--snapshot] [--env "LD_PRELOAD=... MALLOC_CONF=..."]
 //
-// Servers, one after the other, each fresh in the bench's memory cgroup: ours (dist/app.js), the floor
-// (bench/floor.ts), bare node:http (bench/ceiling.ts), and ours with --env's environment. A probe loaded
+// Servers, one after the other, each fresh in the bench's memory cgroup: ours (dist/app.js, on node:net),
+// ours on node:http (HTTP_SERVER=node-server), the floor on node:http (bench/floor.ts) and on node:net
+// (bench/floor-net.ts), bare node:http (bench/ceiling.ts), and ours with --env's environment. A probe loaded
 // with --import answers SIGUSR2: two full GCs, then process.memoryUsage(), V8's heap statistics and
 // /proc/self/smaps (glibc's brk heap apart from the other anonymous maps, where mimalloc's are); with
 // --snapshot, a heap snapshot too, whose objects are counted by constructor. The kernel's share is the
@@ -114,7 +115,9 @@ writeFileSync(PROBE, probe)
 const env = args.env ? Object.fromEntries(args.env.split(' ').filter(Boolean).map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)])) : undefined
 const results = [
   await variant('ours', join(ROOT, 'dist', 'app.js'), seed),
+  await variant('ours, node-server', join(ROOT, 'dist', 'app.js'), seed, { HTTP_SERVER: 'node-server' }),
   await variant('floor', join(ROOT, 'bench', 'floor.ts'), seed),
+  await variant('floor, node:net', join(ROOT, 'bench', 'floor-net.ts'), seed),
   await variant('bare node:http', join(ROOT, 'bench', 'ceiling.ts'), seed),
   ...(env ? [await variant(`ours, ${args.env!.replace(/\S*\//g, '')}`, join(ROOT, 'dist', 'app.js'), seed, env)] : []),
 ]

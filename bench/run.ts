@@ -1,7 +1,8 @@
 // npm run bench: what the challenge scores, on one core of this machine. First the users holds: 15,000
 // users (each a keep-alive connection sending a request every 9 s or so, so that each request arrives
-// alone), held by ours, by ours on a second server (the A/A) and by the floor, alternating rounds; then
-// each endpoint at saturation, against the Node ceiling measured in the same run. See bench/README.md.
+// alone), held by ours, by ours on a second server (the A/A), by ours on @hono/node-server and by the
+// three floors (node:http, node:net, node:net with Hono), alternating rounds; then each endpoint at
+// saturation, against the Node ceiling measured in the same run. See bench/README.md.
 //
 //   npm run bench [-- --quick] [--only feed,mix] [--hold 5m] [--ramp 60s] [--connections 15000] [--workers 1]
 //                    [--record] [--rounds 3] [--against <git ref>] [--flags=<node flags>] [--against-flags=<node flags>]
@@ -436,18 +437,38 @@ function summarizeHolds(holds: Hold[], variant: string) {
 const RATIOS = [['cpu_us', 'CPU/req'], ['user_us', 'user'], ['sys_us', 'sys'], ['switches', 'switches/req'], ['syscalls', 'syscalls/req']] as const
 type Spread = { rounds: number[]; min: number; max: number; median: number }
 
+// A figure of the variant's over the same figure of the base's, each round's pair alone.
+function ratioSpread(holds: Hold[], variant: string, base: string, key: (typeof RATIOS)[number][0]): Spread | undefined {
+  const rounds = holds.filter((h) => h.variant === variant).flatMap((h) => {
+    const theirs = holds.find((o) => o.variant === base && o.round === h.round)?.[key]
+    const mine = h[key]
+    return mine !== undefined && theirs ? [mine / theirs] : []
+  })
+  if (!rounds.length) return undefined
+  const sorted = [...rounds].sort((a, b) => a - b)
+  return { rounds, min: sorted[0], max: sorted.at(-1)!, median: median(sorted) }
+}
+
 function ratiosToOurs(holds: Hold[], variant: string): Record<(typeof RATIOS)[number][0], Spread | undefined> {
-  const spread = (key: (typeof RATIOS)[number][0]): Spread | undefined => {
-    const rounds = holds.filter((h) => h.variant === variant).flatMap((h) => {
-      const ours = holds.find((o) => o.variant === 'ours' && o.round === h.round)
-      const [mine, theirs] = [h[key], ours?.[key]]
-      return mine !== undefined && theirs ? [mine / theirs] : []
-    })
-    if (!rounds.length) return undefined
-    const sorted = [...rounds].sort((a, b) => a - b)
-    return { rounds, min: sorted[0], max: sorted.at(-1)!, median: median(sorted) }
-  }
-  return Object.fromEntries(RATIOS.map(([key]) => [key, spread(key)])) as Record<(typeof RATIOS)[number][0], Spread | undefined>
+  return Object.fromEntries(RATIOS.map(([key]) => [key, ratioSpread(holds, variant, 'ours', key)])) as Record<(typeof RATIOS)[number][0], Spread | undefined>
+}
+
+// lowest-highest (median) of the rounds, or the one round's figure.
+const spreadCell = (s?: Spread) => (!s ? '' : s.rounds.length > 1 ? `${fmt(s.min, 3)}-${fmt(s.max, 3)} (${fmt(s.median, 3)})` : fmt(s.median, 3))
+
+// The floors each variant is read against: the stack with nothing of ours (node:http), and the same work
+// straight on node:net, which is where ours now serves from.
+const FLOOR_BASES = [['floor', '/ floor (node:http)'], ['floor, node:net', '/ floor, node:net']] as const
+
+// Each variant's CPU a request over each floor's that ran, each round's pair alone, as the ratios to ours.
+function printFloorRatios(holds: Hold[], variants: Variant[]) {
+  const bases = FLOOR_BASES.filter(([base]) => holds.some((h) => h.variant === base))
+  if (!bases.length) return undefined
+  const ratios = Object.fromEntries(variants.map((v) => [v.name, Object.fromEntries(bases.map(([base]) => [base, v.name === base ? undefined : ratioSpread(holds, v.name, base, 'cpu_us')]))]))
+  const rounds = Math.max(...bases.map(([base]) => holds.filter((h) => h.variant === base).length))
+  console.log(`\nCPU/req over the floors', each round's pair${rounds > 1 ? ': lowest-highest (median) of the rounds' : ''}`)
+  printColumns(['', ...bases.map(([, label]) => label)], variants.map((v) => [v.name, ...bases.map(([base]) => spreadCell(ratios[v.name][base]))]))
+  return ratios
 }
 
 function printUsersReport(holds: Hold[], variants: Variant[]) {
@@ -468,21 +489,21 @@ function printUsersReport(holds: Hold[], variants: Variant[]) {
   const others = variants.filter((v) => v.name !== 'ours')
   const ratios = Object.fromEntries(others.map((v) => [v.name, ratiosToOurs(holds, v.name)]))
   if (others.length) {
-    const cell = (s?: Spread) => (!s ? '' : s.rounds.length > 1 ? `${fmt(s.min, 3)}-${fmt(s.max, 3)} (${fmt(s.median, 3)})` : fmt(s.median, 3))
     console.log(`\nvariant / ours, each round's pair${rounds > 1 ? ': lowest-highest (median) of the rounds' : ''}`)
     // The A/A first: the same build on a second server, the method's noise, to read the others against.
     const aaFirst = [...others].sort((a, b) => Number(b.name === 'ours again') - Number(a.name === 'ours again'))
-    printColumns(['', ...RATIOS.map(([, label]) => label)], aaFirst.map((v) => [v.name === 'ours again' ? 'ours again (A/A: the noise)' : v.name, ...RATIOS.map(([key]) => cell(ratios[v.name][key]))]))
+    printColumns(['', ...RATIOS.map(([, label]) => label)], aaFirst.map((v) => [v.name === 'ours again' ? 'ours again (A/A: the noise)' : v.name, ...RATIOS.map(([key]) => spreadCell(ratios[v.name][key]))]))
     if (others.some((v) => v.name === 'ours again')) console.log('A/A: ours on a second server; a ratio within its spread of 1 is no difference.')
     else console.log(yellow('no A/A (--quick holds ours once): read no ratio here as a difference'))
   }
+  const cpuToFloors = printFloorRatios(holds, variants)
   const note = holds.find((h) => h.perf_note)?.perf_note
   if (note) console.log(yellow(`syscalls/req left empty: ${note}`))
   for (const h of holds) {
     if (h.generator_cpu > 0.9) console.log(yellow(`users hold (${h.variant}, round ${h.round}): a users generator used ${fmt(h.generator_cpu * 100)}% of its core: its timing may be the limit`))
     if (h.server_cpu > 0.9) console.log(yellow(`users hold (${h.variant}, round ${h.round}): the server's core was ${fmt(h.server_cpu * 100)}% busy: near saturation, not the sparse load`))
   }
-  return { medians: rows, ratios }
+  return { medians: rows, ratios, cpu_to_floors: cpuToFloors }
 }
 
 function recordInBenchmarks(result: Record<string, any>, rows: Summary[], hold: ReturnType<typeof summarizeHolds> | undefined, c0: number) {
@@ -510,6 +531,21 @@ function recordInBenchmarks(result: Record<string, any>, rows: Summary[], hold: 
 }
 
 // --- Main -----------------------------------------------------------------------------------------
+
+// The floors: the same SQL and token check with nothing of ours around them (bench/floor-sql.ts), on
+// node:http, straight on node:net, and on node:net through a minimal Hono app.
+const FLOORS = [['floor', 'floor.ts'], ['floor, node:net', 'floor-net.ts'], ['floor, node:net + Hono', 'floor-hono.ts']]
+
+// The users comparison's variants: ours; ours again on a second server (the A/A: the method's noise; not
+// with --quick); ours on @hono/node-server (HTTP_SERVER=node-server), the server it had before node:net;
+// the floors, same Node and flags, where the users fit one process (one generator's); and every other
+// variant of the run.
+function usersVariantsOf(ours: Variant, variants: Variant[], floorFits: boolean): Variant[] {
+  const floors = floorFits ? FLOORS.map(([name, script]) => ({ ...ours, name, app: join(ROOT, 'bench', script) })) : []
+  const again = QUICK ? [] : [{ ...ours, name: 'ours again' }]
+  const nodeServer = { ...ours, name: 'ours, node-server', env: { HTTP_SERVER: 'node-server' } }
+  return [ours, ...again, nodeServer, ...floors, ...variants.filter((v) => v !== ours && v.name !== 'floor')]
+}
 
 async function main() {
   ensureTools()
@@ -557,18 +593,15 @@ async function main() {
   const versions = (node: string) => sh(node, ['--input-type=module', '-e', "import { DatabaseSync } from 'node:sqlite'; console.log(`Node ${process.version}, SQLite ${new DatabaseSync(':memory:').prepare('SELECT sqlite_version() AS v').get().v}`)"])
   const sqlite = /SQLite (\S+)/.exec(versions(process.execPath))![1]
   console.log(`bench ${new Date().toISOString()}: commit ${ours.commit}, Node ${process.version}, SQLite ${sqlite}, ${cpus()[0].model} x${cpus().length}`)
-  // The users comparison, first, unless the run is about saturation (--only, --box) and no --hold asks for
-  // it: ours, ours again on a second server (the A/A: the method's noise; not with --quick), the floor
-  // (one process, so only up to one generator's users), and every other variant of the run.
+  // The users comparison, first, unless the run is about saturation (--only, --box) and no --hold asks for it.
   const runUsers = args.hold !== undefined || (!args.only && !args.box)
-  const floor: Variant = { ...ours, name: 'floor', app: join(ROOT, 'bench', 'floor.ts') }
   const floorFits = CONNECTIONS <= PER_GENERATOR
-  const usersVariants: Variant[] = [ours, ...(QUICK ? [] : [{ ...ours, name: 'ours again' }]), ...(floorFits ? [floor] : []), ...variants.filter((v) => v !== ours && v.name !== 'floor')]
+  const usersVariants = usersVariantsOf(ours, variants, floorFits)
   console.log(`server on core ${SERVER_CORE} (taskset), ${cgroup.note}; load on core ${LOAD_CORE}`)
   if (runUsers) {
     console.log(`users holds: ${fmt(CONNECTIONS)} users arriving evenly over ${fmt(RAMP_S)} s, each looping from its arrival, then ${fmt(HOLD_S)} s measured; ` +
-      `${USER_ROUNDS} round(s) of ${usersVariants.map((v) => v.name).join(', ')}`)
-    if (!floorFits) console.log(yellow(`the floor is one process, which holds about 19,900 connections here: left out of the users holds above ${fmt(PER_GENERATOR)} users`))
+      `${USER_ROUNDS} round(s) of ${usersVariants.map((v) => v.name).join('; ')}`)
+    if (!floorFits) console.log(yellow(`the floors are one process each, which holds about 19,900 connections here: left out of the users holds above ${fmt(PER_GENERATOR)} users`))
   }
   console.log(`saturation: wrk -t1 -c64, ${WARMUP_S} s warm-up, ${MEASURE_S} s measured, ${ROUNDS} round(s)`)
   const named = new Map([...(runUsers ? usersVariants : []), ...variants].map((v) => [v.name, v]))
@@ -577,7 +610,9 @@ async function main() {
     const replica = v.env?.LITESTREAM_REPLICA_URL ? ` under litestream replicate, to ${v.env.LITESTREAM_REPLICA_URL}` : ''
     const app = v.app.startsWith(ROOT) ? v.app.slice(ROOT.length + 1) : v.app
     const preload = { ...shippedEnv(), ...v.env }.LD_PRELOAD
-    console.log(`${v.name}: ${preload ? `LD_PRELOAD=${preload} ` : ''}node ${[...v.flags, app].join(' ')}${args.workers !== '0' ? `, WORKERS=${args.workers}` : ''}${replica} (${versions(v.node)})`)
+    // The rest of its own environment (HTTP_SERVER=node-server, say); the replica's is said after.
+    const env = Object.entries(v.env ?? {}).filter(([name]) => !['LD_PRELOAD', 'LITESTREAM_REPLICA_URL', 'LITESTREAM_BIN'].includes(name)).map(([name, value]) => `${name}=${value} `).join('')
+    console.log(`${v.name}: ${preload ? `LD_PRELOAD=${preload} ` : ''}${env}node ${[...v.flags, app].join(' ')}${args.workers !== '0' ? `, WORKERS=${args.workers}` : ''}${replica} (${versions(v.node)})`)
   }
 
   const comparing = variants.length > 1
@@ -628,8 +663,9 @@ async function main() {
       date: new Date().toISOString(), commit: ours.commit, node: process.version, sqlite,
       machine: { cpu: cpus()[0].model, cores: cpus().length, kernel: release(), memory_gb: Math.round(totalmem() / 1024 ** 3) },
       settings: { quick: QUICK, warmup_s: WARMUP_S, measure_s: MEASURE_S, rounds: ROUNDS, workers: Number(args.workers), cgroup: cgroup.note, variants },
-      // The users holds: each hold (its round and variant), each variant's medians, and each variant's
-      // ratios to ours round by round (min, max, median), for CPU a request, user, sys, switches, syscalls.
+      // The users holds: each hold (its round and variant), each variant's medians, each variant's ratios
+      // to ours round by round (min, max, median), for CPU a request, user, sys, switches, syscalls, and
+      // its CPU a request over each floor's the same way (cpu_to_floors).
       users_hold: users && {
         settings: { connections: CONNECTIONS, ramp_s: RAMP_S, hold_s: HOLD_S, rounds: USER_ROUNDS, loop_on_arrival: true, variants: usersVariants.map((v) => v.name) },
         ...users,
