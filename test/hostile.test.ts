@@ -7,6 +7,7 @@ import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { after, before, describe, test } from 'node:test'
 import { memoryKb, openInspector, shippedNodeFlags } from '../bench/lib.ts'
+import { mulberry32 } from './fuzz-requests.ts'
 import { claims, DEFAULT_SECRET, exchange, freshSeededCopy, makeToken, now, pipeliningAttacker, probeHealth, startServer, type Answer, type Server } from './helpers.ts'
 
 const db = freshSeededCopy()
@@ -27,19 +28,6 @@ after(async () => {
   db.remove()
 })
 
-// mulberry32, so the corpus is the same on every run.
-function generator(seed: number) {
-  let state = seed
-  const next = () => {
-    state = (state + 0x6d2b79f5) | 0
-    let t = Math.imul(state ^ (state >>> 15), state | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-  const int = (n: number) => Math.floor(next() * n)
-  return { next, int, pick: <T>(list: T[]) => list[int(list.length)] }
-}
-
 type Case = { name: string; bytes: Buffer; halfClose?: boolean; mayWork?: boolean; mayDrop?: boolean }
 
 const b64 = (value: unknown) => Buffer.from(typeof value === 'string' ? value : JSON.stringify(value)).toString('base64url')
@@ -51,7 +39,7 @@ const request = (method: string, target: string, headers: string[] = [], body: B
 }
 
 async function corpus(): Promise<Case[]> {
-  const r = generator(20261130)
+  const r = mulberry32(20261130) // so the corpus is the same on every run
   const cases: Case[] = []
   const good = db.tokens[0].token
   const auth = (token: string) => `Authorization: Bearer ${token}`

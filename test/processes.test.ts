@@ -89,18 +89,19 @@ describe('more connections than one process has files for', () => {
 
     // 1,500: the first full (about 930 connections), a helper with the rest, and its successor started
     // as soon as it accepted.
-    const successorOf = async (taking: number) => {
-      await until(() => processTree(server.child.pid!).length === 3, 10_000, 'the successor to start')
-      return processTree(server.child.pid!).find((pid) => pid !== server.child.pid && pid !== taking)!
-    }
-
-    test('the process taking new connections dies with 1500 open: its successor takes new ones; every other connection stays', async () => {
+    const withHelpers = async () => {
       await server.stop('SIGKILL')
       server = await start(1024)
       const port = Number(new URL(server.url).port)
       const kept = await openConnections(port, 1500)
       const taking = Number(/process (\d+) takes new connections/.exec(server.output())![1])
-      const successor = await successorOf(taking)
+      await until(() => processTree(server.child.pid!).length === 3, 10_000, 'the successor to start')
+      const successor = processTree(server.child.pid!).find((pid) => pid !== server.child.pid && pid !== taking)!
+      return { port, kept, taking, successor }
+    }
+
+    test('the process taking new connections dies with 1500 open: its successor takes new ones; every other connection stays', async () => {
+      const { port, kept, taking, successor } = await withHelpers()
       process.kill(taking, 'SIGKILL')
       await until(() => server.output().includes(`process ${taking} exited (SIGKILL), and its connections with it`), 10_000, 'the first to see it')
       await until(() => server.output().includes(`process ${successor} takes new connections`), 10_000, 'the successor to take new connections')
@@ -110,12 +111,7 @@ describe('more connections than one process has files for', () => {
 
     // With no successor after it, its socket goes with it: the first listens again, on the same port.
     test('the process taking new connections dies after its successor did: the first listens again; every other connection stays', async () => {
-      await server.stop('SIGKILL')
-      server = await start(1024)
-      const port = Number(new URL(server.url).port)
-      const kept = await openConnections(port, 1500)
-      const taking = Number(/process (\d+) takes new connections/.exec(server.output())![1])
-      const successor = await successorOf(taking)
+      const { port, kept, taking, successor } = await withHelpers()
       process.kill(successor, 'SIGKILL')
       await until(() => server.output().includes(`process ${successor} exited (SIGKILL)`), 10_000, 'the first to see the successor die')
       process.kill(taking, 'SIGKILL')
