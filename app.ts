@@ -5,7 +5,7 @@ import { serve, type HttpBindings } from '@hono/node-server'
 import { Hono, type Context, type Next } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
 import { createHmac, createSecretKey, timingSafeEqual } from 'node:crypto'
-import { accessSync, chmodSync, constants, existsSync, mkdirSync, statfsSync, statSync } from 'node:fs'
+import { accessSync, constants, existsSync, mkdirSync, statfsSync } from 'node:fs'
 import { dirname } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import schema from './schema.sql' with { type: 'text' }
@@ -14,21 +14,16 @@ export const SQLITE_PATH = process.env.SQLITE_PATH || 'data/feed.db'
 const JWT_SECRET = process.env.JWT_SECRET || 'twelve-dollar-challenge'
 export const HOST = process.env.HOST || '0.0.0.0'
 export const PORT = Number(process.env.PORT || 3000)
-// How long a write waits for another process's write lock before it is refused with a 503. Litestream
-// takes that lock for a moment at its checkpoints, and asks for 5 s (litestream.io/tips, "Busy timeout").
+// How long a write waits for another connection's write lock before it is refused with a 503.
 export const BUSY_TIMEOUT_MS = Number(process.env.BUSY_TIMEOUT_MS || 5_000)
-// How long the start waits for locks another process holds on the database (openDatabase).
-const START_WAIT_MS = Number(process.env.START_WAIT_MS || 30_000)
-// WAL pages after which a commit checkpoints them into the file: SQLite's default, or 0 where another
-// process does the checkpoints (start.ts sets 0 under Litestream).
-const WAL_AUTOCHECKPOINT = Number(process.env.WAL_AUTOCHECKPOINT || 1000)
 export const MAX_BODY_BYTES = 16 * 1024
 const MAX_BODY_CHARS = 500
 
-// What a server around the API may change before the first request (server/replica.ts does, under
-// Litestream). The API alone needs none of it.
+// What a server around the API may set before the first request; the API alone needs none of it.
 export const hooks: {
-  readOnlyCopy?: boolean // the file is a copy another process writes: read here, never written
+  readOnly?: boolean // only read the file: open it read-only, never create it or set its journal mode
+  afterOpen?: (db: DatabaseSync) => void // runs on each new connection, before its statements are prepared
+  whileReadOnly?: () => void // runs before each use of a read-only connection; may closeDatabase()
   beforeCommit?: (db: DatabaseSync) => void // runs in every transaction that writes, before COMMIT
   health?: () => object // more for a healthy /health to say
 } = {}
@@ -45,20 +40,18 @@ const FEED_JSON = `json_object('posts', json_group_array(json_object(
 // a read returns one column: the body SQLite wrote.
 function connect() {
   if (!existsSync(SQLITE_PATH)) throw new ApiError(503, 'database file is missing') // opening would create it
-  // Opening never waits on another process's lock: the start waits on its own (openDatabase).
-  const db = new DatabaseSync(SQLITE_PATH, { timeout: 0, readOnly: hooks.readOnlyCopy })
+  // Opening never waits on a lock: a start that would wait for one waits around openDatabase().
+  const db = new DatabaseSync(SQLITE_PATH, { timeout: 0, readOnly: hooks.readOnly })
   try {
     // WAL, so that readers never wait for the writer. It is stored in the file and setting it is a
-    // write: set only where it is not, and never on a copy another process writes.
-    if (!hooks.readOnlyCopy && (db.prepare('PRAGMA journal_mode').get() as { journal_mode: string }).journal_mode !== 'wal') db.exec('PRAGMA journal_mode = WAL')
-    db.exec(`
-      PRAGMA synchronous = NORMAL;  -- a commit survives a process crash without an fsync of its own
-      PRAGMA wal_autocheckpoint = ${WAL_AUTOCHECKPOINT};
-    `)
+    // write: set only where it is not, and never where the API only reads.
+    if (!hooks.readOnly && (db.prepare('PRAGMA journal_mode').get() as { journal_mode: string }).journal_mode !== 'wal') db.exec('PRAGMA journal_mode = WAL')
+    db.exec('PRAGMA synchronous = NORMAL') // a commit survives a process crash without an fsync of its own
+    hooks.afterOpen?.(db)
     const database = {
       connection: db,
       // SQLite opens a file it may not write read-only, and such a connection stays so.
-      readOnly: Boolean(hooks.readOnlyCopy) || !isWritable(SQLITE_PATH),
+      readOnly: Boolean(hooks.readOnly) || !isWritable(SQLITE_PATH),
       // The 20 newest posts, read by rowid range when their ids are contiguous, as new posts' are: half
       // the B-tree descents of reading them through the index, which the other branch does, and the
       // same bytes either way (BENCHMARKS.md, "The feed by rowid range").
@@ -88,7 +81,7 @@ function connect() {
       // Inserts only when the post exists, and ignores a repeated like.
       insertLike: db.prepare('INSERT OR IGNORE INTO likes (user_id, post_id) SELECT ?, id FROM posts WHERE id = ?'),
       ping: db.prepare('SELECT count(*) FROM sqlite_schema'), // reads a page, where SELECT 1 would not
-      // Reads wait up to BUSY_TIMEOUT_MS for another process's locks. Taking the write lock never waits:
+      // Reads wait up to BUSY_TIMEOUT_MS for another connection's locks. Taking the write lock never waits:
       // a write that finds it taken is retried on a timer (commitBatch), so the event loop never sleeps
       // in SQLite's busy handler.
       noWait: db.prepare('PRAGMA busy_timeout = 0'),
@@ -318,7 +311,7 @@ function commitBatch(batch: PendingWrite[], deadline: number, retryMs: number) {
       db.wait.run()
     }
   } catch (error) {
-    // Another process holds the write lock: try again soon, serving other requests meanwhile.
+    // Another connection holds the write lock: try again soon, serving other requests meanwhile.
     const wait = Math.min(retryMs, deadline - Date.now())
     if (unavailable(error) === 'database is busy' && wait > 0) {
       setTimeout(commitBatch, wait, batch, deadline, Math.min(2 * retryMs, 50))
@@ -369,7 +362,8 @@ const SQLITE_PROTOCOL = 15 // the WAL index's locks cannot be had: its file syst
 const SQLITE_CONSTRAINT_FOREIGNKEY = 787
 const SQLITE_READONLY_DBMOVED = 1032 // the file was moved or deleted since it was opened
 
-// The primary codes that mean the database, not the request, is in trouble: a 503 that says how.
+// The codes (an extended code's low byte) that mean the database, not the request, is in trouble: a
+// 503 that says how.
 const TROUBLE = new Map([
   [SQLITE_BUSY, 'database is busy'],
   [SQLITE_LOCKED, 'database is busy'],
@@ -393,12 +387,12 @@ async function probeDatabase(): Promise<string | undefined> {
   try {
     database().ping.get()
     if (!existsSync(SQLITE_PATH)) return 'database file is missing'
-    if (hooks.readOnlyCopy) return undefined // nothing is written here
+    if (hooks.readOnly) return undefined // nothing is written here
     // SQLite lets a read-only connection take the write lock; only the first write would fail.
     if (!isWritable(SQLITE_PATH)) return 'database is read-only'
     const { bavail, bsize } = statfsSync(dirname(SQLITE_PATH))
     if (bavail * bsize < 1024 * 1024) return 'disk is full'
-    // An empty write joins the next group commit: it waits for a lock another process holds as long
+    // An empty write joins the next group commit: it waits for a lock another connection holds as long
     // as a write would, and fails only where a write would fail.
     await inTransaction()
     return undefined
@@ -412,25 +406,12 @@ async function probeDatabase(): Promise<string | undefined> {
 }
 
 // The open connection: opened at the start (openDatabase), or else by the first request. After a fault
-// that only a new connection gets past (a file that was read-only, say) it is closed, and the next
-// request opens another.
+// that only a new connection gets past it is closed, and the next request opens another.
 let opened: Database | undefined
 
 export function database(): Database {
-  if (opened?.readOnly && !hooks.readOnlyCopy && isWritable(SQLITE_PATH)) reopenWritable()
+  if (opened?.readOnly) hooks.whileReadOnly?.()
   return (opened ??= connect())
-}
-
-// The file is writable again: a new connection replaces the read-only one. SQLite made the WAL and its
-// index with the file's mode of then, read-only, and a connection could not write through them.
-function reopenWritable() {
-  closeDatabase()
-  const { mode } = statSync(SQLITE_PATH)
-  for (const file of [`${SQLITE_PATH}-wal`, `${SQLITE_PATH}-shm`]) {
-    try {
-      chmodSync(file, mode & 0o777)
-    } catch {} // gone, or another user's: the writes will say read-only, as they do now
-  }
 }
 
 export function closeDatabase() {
@@ -448,31 +429,22 @@ function isWritable(path: string) {
 }
 
 // At the start: a missing file gets the empty schema, so the server can start anywhere; then the
-// connection opens. Another process may hold the database's locks a while (a long transaction, or a
-// follower's Litestream applying a large one): the start waits, and says so, up to START_WAIT_MS, then
-// serves anyway, /health saying the database is busy until the first request finds it free.
-export async function openDatabase() {
-  if (!existsSync(SQLITE_PATH) && !hooks.readOnlyCopy) {
+// connection opens. False when another connection holds the database's locks: then the first request
+// that finds them free opens it, and until then /health and every request say the database is busy.
+export function openDatabase(): boolean {
+  if (!existsSync(SQLITE_PATH) && !hooks.readOnly) {
     mkdirSync(dirname(SQLITE_PATH), { recursive: true })
     const db = new DatabaseSync(SQLITE_PATH)
     db.exec(schema)
     db.close()
     console.log(`created ${SQLITE_PATH} with empty tables; for the challenge data stop the server and run: npm run seed -- --force ${SQLITE_PATH}`)
   }
-  const started = Date.now()
-  for (let waited = false; ; waited = true) {
-    try {
-      database()
-      if (waited) console.log(`start: ${SQLITE_PATH} is free after ${((Date.now() - started) / 1000).toFixed(1)} s`)
-      return
-    } catch (error) {
-      if (unavailable(error) !== 'database is busy') throw error
-      if (Date.now() - started >= START_WAIT_MS) {
-        return console.warn(`start: ${SQLITE_PATH} is still locked after ${START_WAIT_MS / 1000} s; serving, and /health says the database is busy until it is free`)
-      }
-      if (!waited) console.log(`start: ${SQLITE_PATH} is locked by another process (a long transaction); waiting up to ${START_WAIT_MS / 1000} s`)
-      await new Promise((resolve) => setTimeout(resolve, 50))
-    }
+  try {
+    database()
+    return true
+  } catch (error) {
+    if (unavailable(error) === 'database is busy') return false
+    throw error
   }
 }
 
@@ -484,7 +456,7 @@ export function warnOnDefaultSecret() {
 // and exit 0.
 export async function run() {
   warnOnDefaultSecret()
-  await openDatabase()
+  openDatabase()
   // Idle connections stay open 65 s, as the contract asks: longer than any proxy's idle timeout.
   const options = { fetch: app.fetch, hostname: HOST, port: PORT, serverOptions: { keepAliveTimeout: 65_000 } }
   const server = serve(options, ({ address, port }) => console.log(`listening on http://${address}:${port}`))

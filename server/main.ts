@@ -2,7 +2,8 @@
 // server/wire.ts (or on node:http by @hono/node-server, with HTTP_SERVER=node-server) in as many
 // processes as its connections need, with a guard on memory, under Litestream or as a follower when
 // start.ts says so.
-import { app, hooks, MAX_BODY_BYTES, openDatabase, warnOnDefaultSecret } from '../app.ts'
+import { app, hooks, MAX_BODY_BYTES, warnOnDefaultSecret } from '../app.ts'
+import { openDatabaseAtStart } from './database.ts'
 import { guardMemory, memoryHealth } from './memory.ts'
 import { createNodeServer } from './node-server.ts'
 import { connections, runWorkers, serveInProcesses, speaksForAll, supervisesWorkers } from './processes.ts'
@@ -26,7 +27,7 @@ async function run() {
   if (speaksForAll) warnOnDefaultSecret()
   const fetch = PRIMARY_API_URL ? follow(app.fetch) : await replicate(app.fetch, speaksForAll)
   hooks.health = () => ({ ...replicaHealth(), ...memoryHealth() })
-  await openDatabase()
+  await openDatabaseAtStart()
   const server = HTTP_SERVER === 'net' ? createWireServer(fetch, MAX_BODY_BYTES) : createNodeServer(fetch)
   guardMemory(server, connections)
   serveInProcesses(server, entry)

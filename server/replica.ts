@@ -228,7 +228,7 @@ export function follow(fetch: Fetch): Fetch {
     console.error(`${SQLITE_PATH} is missing: a follower (PRIMARY_API_URL) serves the copy \`litestream restore -f\` keeps; start it with npm start and LITESTREAM_REPLICA_URL`)
     process.exit(1)
   }
-  hooks.readOnlyCopy = true
+  hooks.readOnly = true
   const writes = new Hono<{ Bindings: Partial<HttpBindings> }>()
   writes.post('/posts', limitBody, forward)
   writes.post('/posts/:id/like', limitBody, forward)
