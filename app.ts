@@ -448,14 +448,9 @@ export function openDatabase(): boolean {
   }
 }
 
-export function warnOnDefaultSecret() {
-  if (!process.env.JWT_SECRET) console.warn('JWT_SECRET is not set: tokens are checked with the challenge\'s public default secret; set your own')
-}
-
 // Open the database and serve; on SIGTERM or SIGINT, finish the requests in flight, close the database
 // and exit 0.
 export async function run() {
-  warnOnDefaultSecret()
   openDatabase()
   // Idle connections stay open 65 s, as the contract asks: longer than any proxy's idle timeout.
   const options = { fetch: app.fetch, hostname: HOST, port: PORT, serverOptions: { keepAliveTimeout: 65_000 } }

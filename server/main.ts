@@ -2,7 +2,7 @@
 // server/wire.ts (or on node:http by @hono/node-server, with HTTP_SERVER=node-server) in as many
 // processes as its connections need, with a guard on memory, under Litestream or as a follower when
 // start.ts says so.
-import { app, hooks, MAX_BODY_BYTES, warnOnDefaultSecret } from '../app.ts'
+import { app, hooks, MAX_BODY_BYTES } from '../app.ts'
 import { openDatabaseAtStart } from './database.ts'
 import { guardMemory, memoryHealth } from './memory.ts'
 import { createNodeServer } from './node-server.ts'
@@ -24,7 +24,8 @@ if (supervisesWorkers) await runWorkers(entry)
 else await run()
 
 async function run() {
-  if (speaksForAll) warnOnDefaultSecret()
+  // The default secret is the challenge's, which anyone can read: one process says so for all.
+  if (speaksForAll && !process.env.JWT_SECRET) console.warn('JWT_SECRET is not set: tokens are checked with the challenge\'s public default secret; set your own')
   const fetch = PRIMARY_API_URL ? follow(app.fetch) : await replicate(app.fetch, speaksForAll)
   hooks.health = () => ({ ...replicaHealth(), ...memoryHealth() })
   await openDatabaseAtStart()
