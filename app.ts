@@ -1,6 +1,9 @@
-// The $12 server challenge's feed API: Hono on node:sqlite, where SQLite writes the JSON. This file is
-// the whole API. `node app.ts` serves it as it is (run(), at the end); `node dist/app.js` serves it
-// with what holds tens of thousands of users on one box and more past it (server/).
+// The $12 server challenge's feed API in one file: Hono on Node.js 26's node:sqlite, where SQLite writes
+// each answer's JSON. Run it as it is, served by @hono/node-server's serve() (the end of this file):
+//
+//   node --experimental-import-text app.ts     (Node 26.10.0 or later; the flag imports schema.sql)
+//
+// or import `app` into a server of your own, as this repository's server/ does.
 import { serve, type HttpBindings } from '@hono/node-server'
 import { Hono, type Context, type Next } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
@@ -19,110 +22,45 @@ export const BUSY_TIMEOUT_MS = Number(process.env.BUSY_TIMEOUT_MS || 5_000)
 export const MAX_BODY_BYTES = 16 * 1024
 const MAX_BODY_CHARS = 500
 
-// What a server around the API may set before the first request; the API alone needs none of it.
-export const hooks: {
-  readOnly?: boolean // only read the file: open it read-only, never create it or set its journal mode
-  afterOpen?: (db: DatabaseSync) => void // runs on each new connection, before its statements are prepared
-  whileReadOnly?: () => void // runs before each use of a read-only connection; may closeDatabase()
-  beforeCommit?: (db: DatabaseSync) => void // runs in every transaction that writes, before COMMIT
-  health?: () => object // more for a healthy /health to say
-} = {}
-
-// The feed as the contract writes it: the 20 newest posts, each with its author and like count.
+// The statements, each prepared once on the connection (connect). A read answers with one column: the
+// body SQLite wrote.
+//
+// The feed as the contract writes it: the 20 newest posts, each with its author and like count, read by
+// rowid range when their ids are contiguous, as new posts' are: half the B-tree descents of reading
+// them through the index, which the other branch does, and the same bytes either way (BENCHMARKS.md,
+// "The feed by rowid range").
 const NEWEST_POSTS = 'SELECT id, user_id, body, created_at FROM posts ORDER BY created_at DESC, id DESC LIMIT 20'
 const FEED_JSON = `json_object('posts', json_group_array(json_object(
     'id', p.id, 'body', p.body, 'created_at', p.created_at, 'author', u.username,
     'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
   ) ORDER BY p.created_at DESC, p.id DESC))`
-
-// One connection takes the reads and the writes: a second one for the reads would lose its page cache
-// at every commit of the first (BENCHMARKS.md, "One connection"). Every statement is prepared once, and
-// a read returns one column: the body SQLite wrote.
-function connect() {
-  if (!existsSync(SQLITE_PATH)) throw new ApiError(503, 'database file is missing') // opening would create it
-  // Opening never waits on a lock: a start that would wait for one waits around openDatabase().
-  const db = new DatabaseSync(SQLITE_PATH, { timeout: 0, readOnly: hooks.readOnly })
-  try {
-    // WAL, so that readers never wait for the writer. It is stored in the file and setting it is a
-    // write: set only where it is not, and never where the API only reads.
-    if (!hooks.readOnly && (db.prepare('PRAGMA journal_mode').get() as { journal_mode: string }).journal_mode !== 'wal') db.exec('PRAGMA journal_mode = WAL')
-    db.exec('PRAGMA synchronous = NORMAL') // a commit survives a process crash without an fsync of its own
-    hooks.afterOpen?.(db)
-    const database = {
-      connection: db,
-      // SQLite opens a file it may not write read-only, and such a connection stays so.
-      readOnly: Boolean(hooks.readOnly) || !isWritable(SQLITE_PATH),
-      // The 20 newest posts, read by rowid range when their ids are contiguous, as new posts' are: half
-      // the B-tree descents of reading them through the index, which the other branch does, and the
-      // same bytes either way (BENCHMARKS.md, "The feed by rowid range").
-      feed: db.prepare(`
-        SELECT CASE WHEN span.last - span.first + 1 = span.n
-          THEN (SELECT ${FEED_JSON} FROM posts AS p JOIN users AS u ON u.id = p.user_id WHERE p.id BETWEEN span.first AND span.last)
-          ELSE (SELECT ${FEED_JSON} FROM (${NEWEST_POSTS}) AS p JOIN users AS u ON u.id = p.user_id)
-        END AS json
-        FROM (SELECT min(id) AS first, max(id) AS last, count(*) AS n
-              FROM (SELECT id FROM posts ORDER BY created_at DESC, id DESC LIMIT 20)) AS span`),
-      // No JOIN here: with one, SQLite's planner looks at the bound id and every call prepares the
-      // statement again (bench/statements.ts). Scalar subqueries do not.
-      post: db.prepare(`
-        SELECT json_object('post', json_object(
-                 'id', p.id, 'body', p.body, 'created_at', p.created_at,
-                 'author', (SELECT username FROM users AS u WHERE u.id = p.user_id),
-                 'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
-               )) AS json
-        FROM posts AS p
-        WHERE p.id = ?`),
-      postExists: db.prepare('SELECT 1 FROM posts WHERE id = ?'),
-      insertPost: db.prepare(`
-        INSERT INTO posts (user_id, body) VALUES ($userId, $body)
-        RETURNING json_object('post', json_object(
-          'id', id, 'body', body, 'created_at', created_at, 'author', $author, 'like_count', 0
-        )) AS json`),
-      // Inserts only when the post exists, and ignores a repeated like.
-      insertLike: db.prepare('INSERT OR IGNORE INTO likes (user_id, post_id) SELECT ?, id FROM posts WHERE id = ?'),
-      ping: db.prepare('SELECT count(*) FROM sqlite_schema'), // reads a page, where SELECT 1 would not
-      // Reads wait up to BUSY_TIMEOUT_MS for another connection's locks. Taking the write lock never waits:
-      // a write that finds it taken is retried on a timer (commitBatch), so the event loop never sleeps
-      // in SQLite's busy handler.
-      noWait: db.prepare('PRAGMA busy_timeout = 0'),
-      wait: db.prepare(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`),
-      begin: db.prepare('BEGIN IMMEDIATE'),
-      commit: db.prepare('COMMIT'),
-      rollback: db.prepare('ROLLBACK'),
-    }
-    database.wait.run()
-    return database
-  } catch (error) {
-    db.close()
-    throw error
-  }
-}
-
-type Database = ReturnType<typeof connect>
+const FEED = `
+  SELECT CASE WHEN span.last - span.first + 1 = span.n
+    THEN (SELECT ${FEED_JSON} FROM posts AS p JOIN users AS u ON u.id = p.user_id WHERE p.id BETWEEN span.first AND span.last)
+    ELSE (SELECT ${FEED_JSON} FROM (${NEWEST_POSTS}) AS p JOIN users AS u ON u.id = p.user_id)
+  END AS json
+  FROM (SELECT min(id) AS first, max(id) AS last, count(*) AS n
+        FROM (SELECT id FROM posts ORDER BY created_at DESC, id DESC LIMIT 20)) AS span`
+// No JOIN here: with one, SQLite's planner looks at the bound id and every call prepares the statement
+// again (bench/statements.ts). Scalar subqueries do not.
+const POST = `
+  SELECT json_object('post', json_object(
+           'id', p.id, 'body', p.body, 'created_at', p.created_at,
+           'author', (SELECT username FROM users AS u WHERE u.id = p.user_id),
+           'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
+         )) AS json
+  FROM posts AS p
+  WHERE p.id = ?`
+const POST_EXISTS = 'SELECT 1 FROM posts WHERE id = ?'
+const INSERT_POST = `
+  INSERT INTO posts (user_id, body) VALUES ($userId, $body)
+  RETURNING json_object('post', json_object(
+    'id', id, 'body', body, 'created_at', created_at, 'author', $author, 'like_count', 0
+  )) AS json`
+// Inserts only when the post exists, and ignores a repeated like.
+const INSERT_LIKE = 'INSERT OR IGNORE INTO likes (user_id, post_id) SELECT ?, id FROM posts WHERE id = ?'
+const PING = 'SELECT count(*) FROM sqlite_schema' // reads a page, where SELECT 1 would not
 type JsonRow = { json: string }
-type User = { id: number; username: string }
-
-// Every response is JSON, never sniffed as anything else and never cached on the way.
-export const JSON_HEADERS = { 'content-type': 'application/json', 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' }
-
-export function jsonResponse(status: number, body: string, headers?: Record<string, string>) {
-  return new Response(body, { status, headers: headers ? { ...JSON_HEADERS, ...headers } : JSON_HEADERS })
-}
-
-// Every error is {"error": message}, made here, from whatever layer refuses the request.
-export const errorBody = (message: string) => JSON.stringify({ error: message })
-export const errorResponse = (status: number, message: string, headers?: Record<string, string>) =>
-  jsonResponse(status, errorBody(message), headers)
-
-export class ApiError extends Error {
-  status: number
-  headers?: Record<string, string>
-  constructor(status: number, message: string, headers?: Record<string, string>) {
-    super(message)
-    this.status = status
-    this.headers = headers
-  }
-}
 
 const startedAt = Date.now()
 
@@ -169,6 +107,28 @@ app.notFound((c) => {
 
 app.onError(answerError)
 
+// Every response is JSON, never sniffed as anything else and never cached on the way.
+export const JSON_HEADERS = { 'content-type': 'application/json', 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' }
+
+export function jsonResponse(status: number, body: string, headers?: Record<string, string>) {
+  return new Response(body, { status, headers: headers ? { ...JSON_HEADERS, ...headers } : JSON_HEADERS })
+}
+
+// Every error is {"error": message}, made here, from whatever layer refuses the request.
+export const errorBody = (message: string) => JSON.stringify({ error: message })
+export const errorResponse = (status: number, message: string, headers?: Record<string, string>) =>
+  jsonResponse(status, errorBody(message), headers)
+
+export class ApiError extends Error {
+  status: number
+  headers?: Record<string, string>
+  constructor(status: number, message: string, headers?: Record<string, string>) {
+    super(message)
+    this.status = status
+    this.headers = headers
+  }
+}
+
 // A refusal is the error it names; a database in trouble is a 503 that says how; anything unexpected
 // is a 500 that says nothing more.
 export function answerError(error: Error, c: Context<Env>) {
@@ -213,6 +173,8 @@ function parsePostId(param: string): number {
 }
 
 // The user a request's `Authorization: Bearer <jwt>` names.
+type User = { id: number; username: string }
+
 export function authenticate(authorization: string | undefined): User {
   if (!authorization?.startsWith('Bearer ')) throw new ApiError(401, 'missing bearer token')
   const claims = verifiedClaims(authorization.slice(7))
@@ -405,6 +367,56 @@ async function probeDatabase(): Promise<string | undefined> {
   }
 }
 
+// What a server around the API may set before the first request; the API alone needs none of it.
+export const hooks: {
+  readOnly?: boolean // only read the file: open it read-only, never create it or set its journal mode
+  afterOpen?: (db: DatabaseSync) => void // runs on each new connection, before its statements are prepared
+  whileReadOnly?: () => void // runs before each use of a read-only connection; may closeDatabase()
+  beforeCommit?: (db: DatabaseSync) => void // runs in every transaction that writes, before COMMIT
+  health?: () => object // more for a healthy /health to say
+} = {}
+
+// One connection takes the reads and the writes: a second one for the reads would lose its page cache
+// at every commit of the first (BENCHMARKS.md, "One connection").
+function connect() {
+  if (!existsSync(SQLITE_PATH)) throw new ApiError(503, 'database file is missing') // opening would create it
+  // Opening never waits on a lock: a start that would wait for one waits around openDatabase().
+  const db = new DatabaseSync(SQLITE_PATH, { timeout: 0, readOnly: hooks.readOnly })
+  try {
+    // WAL, so that readers never wait for the writer. It is stored in the file and setting it is a
+    // write: set only where it is not, and never where the API only reads.
+    if (!hooks.readOnly && (db.prepare('PRAGMA journal_mode').get() as { journal_mode: string }).journal_mode !== 'wal') db.exec('PRAGMA journal_mode = WAL')
+    db.exec('PRAGMA synchronous = NORMAL') // a commit survives a process crash without an fsync of its own
+    hooks.afterOpen?.(db)
+    const database = {
+      connection: db,
+      // SQLite opens a file it may not write read-only, and such a connection stays so.
+      readOnly: Boolean(hooks.readOnly) || !isWritable(SQLITE_PATH),
+      feed: db.prepare(FEED),
+      post: db.prepare(POST),
+      postExists: db.prepare(POST_EXISTS),
+      insertPost: db.prepare(INSERT_POST),
+      insertLike: db.prepare(INSERT_LIKE),
+      ping: db.prepare(PING),
+      // Reads wait up to BUSY_TIMEOUT_MS for another connection's locks. Taking the write lock never
+      // waits: a write that finds it taken is retried on a timer (commitBatch), so the event loop never
+      // sleeps in SQLite's busy handler.
+      noWait: db.prepare('PRAGMA busy_timeout = 0'),
+      wait: db.prepare(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`),
+      begin: db.prepare('BEGIN IMMEDIATE'),
+      commit: db.prepare('COMMIT'),
+      rollback: db.prepare('ROLLBACK'),
+    }
+    database.wait.run()
+    return database
+  } catch (error) {
+    db.close()
+    throw error
+  }
+}
+
+type Database = ReturnType<typeof connect>
+
 // The open connection: opened at the start (openDatabase), or else by the first request. After a fault
 // that only a new connection gets past it is closed, and the next request opens another.
 let opened: Database | undefined
@@ -448,11 +460,11 @@ export function openDatabase(): boolean {
   }
 }
 
-// Open the database and serve; on SIGTERM or SIGINT, finish the requests in flight, close the database
-// and exit 0.
-export async function run() {
+// Run as a script, the API serves itself. Idle connections stay open 65 s, as the contract asks: longer
+// than any proxy's idle timeout. On SIGTERM or SIGINT it finishes the requests in flight, closes the
+// database and exits 0.
+if (import.meta.main) {
   openDatabase()
-  // Idle connections stay open 65 s, as the contract asks: longer than any proxy's idle timeout.
   const options = { fetch: app.fetch, hostname: HOST, port: PORT, serverOptions: { keepAliveTimeout: 65_000 } }
   const server = serve(options, ({ address, port }) => console.log(`listening on http://${address}:${port}`))
   const stop = () => server.close(() => {
@@ -461,5 +473,3 @@ export async function run() {
   })
   process.once('SIGTERM', stop).once('SIGINT', stop)
 }
-
-if (import.meta.main) run()
