@@ -1,9 +1,11 @@
 // The $12 server challenge's feed API in one file: Hono on Node.js 26's node:sqlite, where SQLite writes
-// each answer's JSON. Run it as it is, served by @hono/node-server's serve() (the end of this file):
+// each answer's JSON. With schema.sql and types.d.ts beside it, it runs as it is, served by
+// @hono/node-server's serve() (the end of this file):
 //
 //   node --experimental-import-text app.ts     (Node 26.10.0 or later; the flag imports schema.sql)
 //
-// or import `app` into a server of your own, as this repository's server/ does.
+// or a server of your own imports `app`, as this repository's server/ does.
+/// <reference path="types.d.ts" />
 import { serve, type HttpBindings } from '@hono/node-server'
 import { Hono, type Context, type Next } from 'hono'
 import { bodyLimit } from 'hono/body-limit'

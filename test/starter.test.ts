@@ -2,9 +2,9 @@
 // written there, in an empty folder, with the project's Node; then the contract on a fresh seed.
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
-import { dirname, join } from 'node:path'
+import { basename, dirname, join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { contractTests } from './contract.ts'
 import { freshSeededCopy, post, ROOT, startServer, type Server } from './helpers.ts'
@@ -15,6 +15,13 @@ function starterCommands(): string[] {
   const block = /```sh\n([\s\S]*?)```/.exec(section ?? '')?.[1]
   assert.ok(block, 'README.md has the section, with its commands')
   return block.trim().split('\n').map((line) => line.replaceAll('../twelve-dollar-feed/', `${ROOT}/`))
+}
+
+// The files the section's cp line copies into the folder.
+function copiedFiles(commands: string[]): string[] {
+  const cp = commands.find((line) => line.startsWith('cp '))
+  assert.ok(cp, 'the commands copy the files with cp')
+  return cp.split(' ').slice(1, -1).map((path) => basename(path))
 }
 
 describe('app.ts as a starter, copied as the README says', { timeout: 180_000 }, () => {
@@ -48,6 +55,13 @@ describe('app.ts as a starter, copied as the README says', { timeout: 180_000 },
     const { dependencies } = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'))
     const ours = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).dependencies
     assert.deepEqual(dependencies, { hono: ours.hono, '@hono/node-server': ours['@hono/node-server'] })
+    const copied = copiedFiles(commands)
+    assert.deepEqual(readdirSync(dir).sort(), [...copied, 'node_modules', 'package-lock.json', 'package.json'].sort())
+    // What app.ts names beside itself: the files it imports, and the types it references for an editor.
+    const source = readFileSync(join(ROOT, 'app.ts'), 'utf8')
+    const named = [...source.matchAll(/^import .* from '\.\/([^']+)'|^\/\/\/ <reference path="([^"]+)"/gm)].map(([, file, types]) => file ?? types)
+    assert.ok(named.includes('schema.sql') && named.includes('types.d.ts'), `app.ts names ${named.join(', ')}`)
+    for (const file of named) assert.ok(copied.includes(file), `the README copies ${file}, which app.ts names`)
   })
 
   test('a like is a 201 the first time', async () => {
