@@ -14,7 +14,7 @@ process.env.JWT_SECRET = 'a secret only these tests know'
 process.env.BUSY_TIMEOUT_MS = '200'
 const SECRET = process.env.JWT_SECRET
 const { app, openDatabase } = await import('../app.ts')
-await openDatabase() // as run() does: the missing file gets the empty schema, in a folder it makes
+openDatabase() // as the start does: the missing file gets the empty schema, in a folder it makes
 // The fixture goes in through a connection of the test's own.
 const db = new DatabaseSync(process.env.SQLITE_PATH)
 

@@ -15,7 +15,7 @@ const { app, hooks, MAX_BODY_BYTES, openDatabase } = await import('../app.ts')
 const { createNodeServer } = await import('../server/node-server.ts')
 const { createWireServer } = await import('../server/wire.ts')
 const { guardMemory, memoryHealth } = await import('../server/memory.ts')
-await openDatabase()
+openDatabase()
 hooks.health = memoryHealth
 
 const MiB = 1024 * 1024
