@@ -2,10 +2,12 @@
 // server/wire.ts (or on node:http by @hono/node-server, with HTTP_SERVER=node-server) in as many
 // processes as its connections need, with a guard on memory, under Litestream or as a follower when
 // start.ts says so.
+import type { Socket } from 'node:net'
 import { app, hooks, MAX_BODY_BYTES, openDatabase, warnOnDefaultSecret } from '../app.ts'
+import { runWorkers } from './cluster.ts'
 import { guardMemory, memoryHealth } from './memory.ts'
 import { createNodeServer } from './node-server.ts'
-import { connections, runWorkers, serveInProcesses, speaksForAll, supervisesWorkers } from './processes.ts'
+import { serveInProcesses, speaksForAll, supervisesWorkers } from './processes.ts'
 import { follow, PRIMARY_API_URL, replicaHealth, replicate } from './replica.ts'
 import { createWireServer } from './wire.ts'
 
@@ -28,6 +30,7 @@ async function run() {
   hooks.health = () => ({ ...replicaHealth(), ...memoryHealth() })
   await openDatabase()
   const server = HTTP_SERVER === 'net' ? createWireServer(fetch, MAX_BODY_BYTES) : createNodeServer(fetch)
+  const connections = new Set<Socket>() // this process's, kept by its role and read by the memory guard
   guardMemory(server, connections)
-  serveInProcesses(server, entry)
+  serveInProcesses(server, connections, entry)
 }
