@@ -5,10 +5,11 @@
 import type { Socket } from 'node:net'
 import { app, hooks, MAX_BODY_BYTES, openDatabase, warnOnDefaultSecret } from '../app.ts'
 import { runWorkers } from './cluster.ts'
+import { forwardWrites, PRIMARY_API_URL } from './follower.ts'
 import { guardMemory, memoryHealth } from './memory.ts'
 import { createNodeServer } from './node-server.ts'
+import { plugInReplica, replicaHealth } from './primary.ts'
 import { serveInProcesses, speaksForAll, supervisesWorkers } from './processes.ts'
-import { follow, PRIMARY_API_URL, replicaHealth, replicate } from './replica.ts'
 import { createWireServer } from './wire.ts'
 
 // `net` (the default): our own HTTP/1.1 server on node:net; `node-server`: @hono/node-server on node:http.
@@ -26,7 +27,7 @@ else await run()
 
 async function run() {
   if (speaksForAll) warnOnDefaultSecret()
-  const fetch = PRIMARY_API_URL ? follow(app.fetch) : await replicate(app.fetch, speaksForAll)
+  const fetch = PRIMARY_API_URL ? forwardWrites(app.fetch) : await plugInReplica(app.fetch, speaksForAll)
   hooks.health = () => ({ ...replicaHealth(), ...memoryHealth() })
   await openDatabase()
   const server = HTTP_SERVER === 'net' ? createWireServer(fetch, MAX_BODY_BYTES) : createNodeServer(fetch)
