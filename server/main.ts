@@ -4,13 +4,13 @@
 // start.ts says so.
 import type { Socket } from 'node:net'
 import { app, hooks, MAX_BODY_BYTES, openDatabase, warnOnDefaultSecret } from '../app.ts'
-import { runWorkers } from './cluster.ts'
 import { forwardWrites, PRIMARY_API_URL } from './follower.ts'
 import { guardMemory, memoryHealth } from './memory.ts'
 import { createNodeServer } from './node-server.ts'
 import { plugInReplica, replicaHealth } from './primary.ts'
 import { serveInProcesses, speaksForAll, supervisesWorkers } from './processes.ts'
 import { createWireServer } from './wire.ts'
+import { runWorkers } from './workers.ts'
 
 // `net` (the default): our own HTTP/1.1 server on node:net; `node-server`: @hono/node-server on node:http.
 const HTTP_SERVER = process.env.HTTP_SERVER || 'net'

@@ -3,14 +3,14 @@
 // serves a request for the least CPU, so the first serves alone while it has room; past that it starts
 // helpers, the server again, one after the other, each taking new connections from the same listening
 // socket in turn (server/first-process.ts, server/helper.ts, and server/messages.ts between them).
-// WORKERS=N fixes the number of processes instead (server/cluster.ts; README, "Configuration").
+// WORKERS=N fixes the number of processes instead (server/workers.ts; README, "Configuration").
 import cluster from 'node:cluster'
 import type { Socket } from 'node:net'
 import type { ApiServer } from './api-server.ts'
-import { serveAsWorker, WORKERS } from './cluster.ts'
 import { serveAsFirst } from './first-process.ts'
 import { serveAsHelper } from './helper.ts'
 import { isHelper } from './messages.ts'
+import { serveAsWorker, WORKERS } from './workers.ts'
 
 // Under WORKERS=N, the first process only starts and replaces the workers (runWorkers).
 export const supervisesWorkers = WORKERS > 1 && cluster.isPrimary
