@@ -1,7 +1,7 @@
 // WORKERS=N: N processes on one port, each running the server's entry with its own database
 // connections; WAL and the lock retries keep their writes safe. Each listens on a socket of its own with
-// SO_REUSEPORT, and the kernel spreads new connections over them. The primary only starts and replaces
-// them.
+// SO_REUSEPORT, and the kernel spreads new connections over them. The first process only starts and
+// replaces them.
 import cluster from 'node:cluster'
 import { once } from 'node:events'
 import { createServer as createNetServer, type AddressInfo, type Socket } from 'node:net'
@@ -12,7 +12,7 @@ import { countConnections, exitDrained, listenOnPort } from './serving.ts'
 // A fixed number of processes sharing the port, each with its own database connections.
 export const WORKERS = Number(process.env.WORKERS || 0)
 
-// The primary: a worker that dies is replaced; SIGTERM stops them all and exits 0.
+// In the first process: a worker that dies is replaced; SIGTERM stops them all and exits 0.
 export async function runWorkers(entry: string) {
   // Port 0 would give every worker a different port: choose one for all of them.
   const port = PORT || (await freePort())
