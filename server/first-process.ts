@@ -25,10 +25,10 @@ export function serveAsFirst(api: ApiServer, connections: Set<Socket>, entry: st
 
 class FirstProcess {
   readonly #helpers = new Set<ChildProcess>()
-  readonly #ready = new Set<ChildProcess>() // started, and waiting for 'accept'
+  readonly #ready = new Set<ChildProcess>() // said 'ready': each accepts as soon as it is told to
   #acceptor: Acceptor = 'first'
   #nextHelper: ChildProcess | undefined // started, to accept once the acceptor is full
-  #copyAsked = false
+  #copyAsked = false // the acceptor is asked for its copy of the socket, for the next
   #fullWaiting = false // the one accepting is full, and the next is not started yet
   #port = PORT // once listening, the port it got (PORT=0), to listen again on the same
   #stopping = false // SIGTERM: draining, then exiting
