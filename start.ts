@@ -2,7 +2,7 @@
 // With LITESTREAM_REPLICA_URL set, the database lives in a replica too (README, "Keep the data"): a
 // missing file is restored from the replica before the seed is asked, and the server runs under
 // `litestream replicate` (0.5.17 or later), which streams every change to the replica about once a second.
-// With PRIMARY_API_URL as well, this node is a follower of that replica (server/replica.ts):
+// With PRIMARY_API_URL as well, this node is a follower of that replica (server/follower.ts):
 // `litestream restore -f` restores the database and keeps applying what the primary sends, and the
 // server reads that copy and forwards every write to the primary.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
@@ -156,7 +156,7 @@ async function startFollowing(db: string): Promise<ChildProcess> {
 // long as it is open, which Litestream's apply would wait on forever, and trusts its page cache by an
 // index Litestream never writes. So the copy is switched before anything reads it, under SQLite's
 // locks, which Litestream's apply takes too. (Every commit of the primary writes page 1 under
-// Litestream, server/replica.ts: each apply then changes the header's counter, and the readers' caches go.)
+// Litestream, server/primary.ts: each apply then changes the header's counter, and the readers' caches go.)
 function readersFirst(db: string) {
   const header = Buffer.alloc(2)
   const fd = openSync(db, 'r')
@@ -220,7 +220,7 @@ async function restoreIfMissing() {
 // Litestream takes this process's place (no process waits in between) and runs the server as its
 // child: a SIGTERM to it reaches the server, and once the server has exited, Litestream sends the
 // last transactions to the replica and exits 0. The server's connections leave the checkpoints to
-// Litestream (litestream.io/tips, "Disable autocheckpoints for high write load servers"), and follow
+// Litestream (litestream.io/tips, "Disable autocheckpoints for high write load servers"), and watch
 // the replica through its control socket.
 function replicate() {
   const [binary, args] = litestream('replicate', '-exec', [process.execPath, ...process.execArgv, dist('app.js')].map(quoted).join(' '))

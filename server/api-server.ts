@@ -6,8 +6,8 @@ import type { HttpBindings } from '@hono/node-server'
 import type { Server, Socket } from 'node:net'
 import { BODY_TOO_LARGE } from '../app.ts'
 
-// What the API answers with: app.fetch, or what wraps it (server/replica.ts). Over node:http a request
-// comes with Node's own request and response objects; over node:net with none.
+// What the API answers with: app.fetch, or what wraps it (server/primary.ts, server/follower.ts). Over
+// node:http a request comes with Node's own request and response objects; over node:net with none.
 export type Fetch = (request: Request, env?: HttpBindings) => Response | Promise<Response>
 
 export interface ApiServer {

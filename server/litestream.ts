@@ -1,12 +1,12 @@
-// What start.ts, which runs Litestream, and the server under it (replica.ts) both need to know: the
-// files Litestream keeps beside the database, and what start.ts hands the server. Written once here,
-// where nothing else is imported, so that start.ts stays small.
+// What start.ts, which runs Litestream, and the server under it (server/primary.ts, server/follower.ts)
+// both need to know: the files Litestream keeps beside the database, and what start.ts hands the
+// server. Written once here, where nothing else is imported, so that start.ts stays small.
 import { tmpdir } from 'node:os'
 import { basename, dirname, join, resolve } from 'node:path'
 
 // Litestream's own files sit beside the database (litestream.io/reference/config): its state in
 // .feed.db-litestream/, the config start.ts writes in .feed.db-litestream.yml, and its control socket,
-// through which the server follows the replica. A socket's path has at most 107 bytes; a longer one
+// through which the server watches the replica. A socket's path has at most 107 bytes; a longer one
 // goes to the temporary folder. On a follower, `litestream restore -f` writes the TXID it has applied
 // to `<db>-txid`.
 export function litestreamFiles(sqlitePath: string) {

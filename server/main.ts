@@ -2,13 +2,16 @@
 // server/wire.ts (or on node:http by @hono/node-server, with HTTP_SERVER=node-server) in as many
 // processes as its connections need, with a guard on memory, under Litestream or as a follower when
 // start.ts says so.
+import type { Socket } from 'node:net'
 import { app, hooks, MAX_BODY_BYTES } from '../app.ts'
 import { openDatabaseAtStart } from './database.ts'
+import { forwardWrites, PRIMARY_API_URL } from './follower.ts'
 import { guardMemory, memoryHealth } from './memory.ts'
 import { createNodeServer } from './node-server.ts'
-import { connections, runWorkers, serveInProcesses, speaksForAll, supervisesWorkers } from './processes.ts'
-import { follow, PRIMARY_API_URL, replicaHealth, replicate } from './replica.ts'
+import { plugInReplica, replicaHealth } from './primary.ts'
+import { serveInProcesses, speaksForAll, supervisesWorkers } from './processes.ts'
 import { createWireServer } from './wire.ts'
+import { runWorkers } from './workers.ts'
 
 // `net` (the default): our own HTTP/1.1 server on node:net; `node-server`: @hono/node-server on node:http.
 const HTTP_SERVER = process.env.HTTP_SERVER || 'net'
@@ -26,10 +29,11 @@ else await run()
 async function run() {
   // The default secret is the challenge's, which anyone can read: one process says so for all.
   if (speaksForAll && !process.env.JWT_SECRET) console.warn('JWT_SECRET is not set: tokens are checked with the challenge\'s public default secret; set your own')
-  const fetch = PRIMARY_API_URL ? follow(app.fetch) : await replicate(app.fetch, speaksForAll)
+  const fetch = PRIMARY_API_URL ? forwardWrites(app.fetch) : await plugInReplica(app.fetch, speaksForAll)
   hooks.health = () => ({ ...replicaHealth(), ...memoryHealth() })
   await openDatabaseAtStart()
   const server = HTTP_SERVER === 'net' ? createWireServer(fetch, MAX_BODY_BYTES) : createNodeServer(fetch)
+  const connections = new Set<Socket>() // this process's, kept by its role and read by the memory guard
   guardMemory(server, connections)
-  serveInProcesses(server, entry)
+  serveInProcesses(server, connections, entry)
 }
