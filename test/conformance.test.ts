@@ -17,10 +17,12 @@
 import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { after, before, describe, test, type TestContext } from 'node:test'
+import { exchange } from '../harness/client.ts'
+import { type Server, startServer } from '../harness/server.ts'
+import { ROOT } from '../harness/tools.ts'
 import { MAX_BODY_BYTES } from '../app.ts'
 import { CHUNKED, ChunkedBody, readHead } from '../server/http1.ts'
 import { corpusRoot, logVerdict, readCases, requestFiles, type CorpusCase } from './llhttp-corpus.ts'
-import { exchange, ROOT, startServer, type Server } from './helpers.ts'
 
 // Refusals of what llhttp (as Node runs it) takes that are ours on purpose, each backed by an RFC.
 const DELIBERATE: Record<string, string> = {

@@ -8,8 +8,10 @@ import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
+import type { Token } from '../harness/seed.ts'
+import { ROOT } from '../harness/tools.ts'
 import { contractTests } from './contract.ts'
-import { freePort, ROOT, waitHealthy, type Token } from './helpers.ts'
+import { freePort, waitHealthy } from './helpers.ts'
 
 type Instruction = { keyword: string; args: string }
 

@@ -5,8 +5,9 @@ import { existsSync, readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { DatabaseSync } from 'node:sqlite'
 import { after, before, describe, test } from 'node:test'
+import { freshSeededCopy } from '../harness/seed.ts'
+import { type Server, startServer } from '../harness/server.ts'
 import { contractTests } from './contract.ts'
-import { freshSeededCopy, startServer, type Server } from './helpers.ts'
 
 const db = freshSeededCopy()
 let server: Server

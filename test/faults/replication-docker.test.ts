@@ -8,7 +8,9 @@ import { chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
-import { ROOT, waitHealthy, type Token } from '../helpers.ts'
+import type { Token } from '../../harness/seed.ts'
+import { ROOT } from '../../harness/tools.ts'
+import { waitHealthy } from '../helpers.ts'
 
 // Bounded, so an engine that stops answering fails the test instead of hanging it.
 const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 300_000 }).trim()

@@ -8,9 +8,13 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, describe, test, type TestContext } from 'node:test'
-import { startS3rver } from '../../bench/lib.ts'
-import { claims, freePort, makeToken, sleep, smallDatabase, startServer, until, type Server, type Token } from '../helpers.ts'
-import { killEverything, LITESTREAM_ENV, NO_LITESTREAM, notIn, percentile, restoreByHand, SYNC_INTERVAL_MS, writeStream, type Write } from '../replication.ts'
+import { startS3rver } from '../../harness/s3.ts'
+import type { Token } from '../../harness/seed.ts'
+import { type Server, startServer } from '../../harness/server.ts'
+import { sleep, until } from '../../harness/time.ts'
+import { NO_LITESTREAM } from '../../harness/tools.ts'
+import { claims, freePort, makeToken, smallDatabase } from '../helpers.ts'
+import { killEverything, LITESTREAM_ENV, notIn, percentile, restoreByHand, SYNC_INTERVAL_MS, writeStream, type Write } from '../replication.ts'
 
 const folders: string[] = []
 const servers: Server[] = []
