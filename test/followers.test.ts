@@ -13,7 +13,7 @@ import { freshSeededCopy, type Token } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
 import { NO_LITESTREAM } from '../harness/tools.ts'
 import { contractTests, goldenTests } from './contract.ts'
-import { clusterLoad, freePort, post } from './helpers.ts'
+import { clusterLoad, describeNeeding, freePort, post } from './helpers.ts'
 import { killEverything, LITESTREAM_ENV } from './replication.ts'
 
 const seed = process.env.TEST_SEED_DB ?? ''
@@ -30,7 +30,7 @@ for (const store of ['a file replica', 's3rver'] as const) {
   // at its defaults (1 s).
   const interval = everything ? '100ms' : undefined
   // A deadline for the whole, which takes about a minute here: no wait below outlives it.
-  describe(`Litestream followers over ${store}${interval ? `, syncing every ${interval}` : ''}: node a the primary, b and c following it`, { skip: NO_LITESTREAM, timeout: 300_000 }, () => {
+  describeNeeding(NO_LITESTREAM, `Litestream followers over ${store}${interval ? `, syncing every ${interval}` : ''}: node a the primary, b and c following it`, { timeout: 300_000 }, () => {
     const dir = mkdtempSync(join(tmpdir(), 'followers-'))
     const primaryDb = freshSeededCopy()
     let replica: { url: string; env: Record<string, string>; stop?: () => Promise<void> }

@@ -8,11 +8,20 @@ import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
+import { describe, test, type TestOptions } from 'node:test'
 import { sign } from 'hono/jwt'
 import { exchange } from '../harness/client.ts'
 import { DEFAULT_SECRET, type Token } from '../harness/seed.ts'
 import { sleep } from '../harness/time.ts'
 import { ROOT } from '../harness/tools.ts'
+
+// A describe whose tests need what this machine may lack (Litestream, Docker, k6, a corpus): where
+// `missing` says why it is not here, a skipped test of the same name stands in for the whole, so that
+// the run's summary counts it among the skipped, with the reason (node:test counts no skipped describe).
+export function describeNeeding(missing: string | false, name: string, options: Omit<TestOptions, 'skip'>, tests: () => void) {
+  if (missing) test(name, { skip: missing })
+  else describe(name, options, tests)
+}
 
 // Polls /health the way a load balancer or the challenge does; resolves with the seconds it took.
 export async function waitHealthy(url: string, timeoutMs: number): Promise<number> {

@@ -9,7 +9,7 @@ import { after, describe, test } from 'node:test'
 import { startServer } from '../harness/server.ts'
 import { sleep } from '../harness/time.ts'
 import { NO_LITESTREAM, ROOT } from '../harness/tools.ts'
-import { smallDatabase } from './helpers.ts'
+import { describeNeeding, smallDatabase } from './helpers.ts'
 import { LITESTREAM_ENV, notIn, restoreByHand } from './replication.ts'
 
 const boxes: ReturnType<typeof smallDatabase>[] = []
@@ -104,7 +104,7 @@ describe('npm start with LITESTREAM_REPLICA_URL', () => {
     })
   })
 
-  describe('under the real Litestream 0.5', { skip: NO_LITESTREAM }, () => {
+  describeNeeding(NO_LITESTREAM, 'under the real Litestream 0.5', {}, () => {
     test('/health says the replica is ok; a write reaches it; SIGTERM stops both with 0', async () => {
       const b = box()
       const replica = join(b.dir, 'replica')

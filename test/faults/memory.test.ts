@@ -16,7 +16,7 @@ import { DEFAULT_SECRET } from '../../harness/seed.ts'
 import { type Server, startServer } from '../../harness/server.ts'
 import { sleep, until } from '../../harness/time.ts'
 import { ROOT } from '../../harness/tools.ts'
-import { smallDatabase } from '../helpers.ts'
+import { describeNeeding, smallDatabase } from '../helpers.ts'
 
 const LIMIT_MIB = 400
 // A client process to each, 15,000 files each: 75,000 in all, more than 400 MiB holds on either server
@@ -75,7 +75,7 @@ function keepAlive(port: number) {
 
 const cgroup = makeCgroup()
 
-describe(`more idle connections than a memory cgroup of ${LIMIT_MIB} MiB holds`, { skip: typeof cgroup === 'string' && cgroup, timeout: 240_000 }, () => {
+describeNeeding(typeof cgroup === 'string' && cgroup, `more idle connections than a memory cgroup of ${LIMIT_MIB} MiB holds`, { timeout: 240_000 }, () => {
   const { dir, oomKills } = cgroup as Exclude<typeof cgroup, string>
   const db = smallDatabase()
   let server: Server | undefined

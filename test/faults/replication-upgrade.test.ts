@@ -14,7 +14,7 @@ import type { Token } from '../../harness/seed.ts'
 import { type Server, startServer } from '../../harness/server.ts'
 import { sleep, within } from '../../harness/time.ts'
 import { LITESTREAM, ROOT } from '../../harness/tools.ts'
-import { claims, makeToken, smallDatabase } from '../helpers.ts'
+import { claims, describeNeeding, makeToken, smallDatabase } from '../helpers.ts'
 import { killEverything, LITESTREAM_ENV, notIn, OLD_LITESTREAM, restoreByHand, type Write } from '../replication.ts'
 
 const folders: string[] = []
@@ -111,7 +111,7 @@ const skip = !OLD_LITESTREAM ? 'no Litestream 0.3.13 (npm package @flydotio/lite
   : !LITESTREAM ? 'no Litestream 0.5 binary: set LITESTREAM_BIN, or put one at ../shared/tools/litestream'
   : false
 
-describe('an existing replica written by Litestream 0.3.13, after the upgrade to 0.5.17', { skip }, () => {
+describeNeeding(skip, 'an existing replica written by Litestream 0.3.13, after the upgrade to 0.5.17', {}, () => {
   test("an existing user's replica written by Litestream 0.3.13 restores under 0.5.17, and 0.5.17 replicates on beside it", async (t) => {
     const replica = folder('replica')
     const url = `file://${replica}`
