@@ -5,7 +5,7 @@
 // The statements are app.ts's, copied here as it writes them (its whitespace too, so that a diff shows
 // any drift): a floor reads no source at run time, so that nothing of ours has to keep a shape for it
 // to find (issue 36). The feed is the exception, in its reference form: ours
-// reads it by rowid range when it can (app.ts), which is ours, not the stack's. test/bench.test.ts
+// reads it by rowid range when it can (app.ts), which is ours, not the stack's. bench/bench.test.ts
 // holds each floor to the goldens and to ours' answers, so a statement that drifts from app.ts's fails there.
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import { DatabaseSync } from 'node:sqlite'
