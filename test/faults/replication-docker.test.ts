@@ -1,7 +1,7 @@
 // The image, for real, with LITESTREAM_REPLICA_URL: replication is one -e more. A first container on an
 // empty volume seeds and replicates; `docker stop`; the volume is lost; a second container on an empty
 // volume restores the database (it does not seed), with the writes made before the stop.
-// Needs a Docker engine: /work/shared/tools/docker-engine.sh starts one where Docker Hub is out of reach.
+// Needs a Docker engine: ../shared/tools/docker-engine.sh starts one where Docker Hub is out of reach.
 import assert from 'node:assert/strict'
 import { execFileSync, spawnSync } from 'node:child_process'
 import { chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
