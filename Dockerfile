@@ -6,7 +6,7 @@ FROM node:26.10.0-trixie-slim AS build
 WORKDIR /src
 COPY package.json package-lock.json .npmrc ./
 RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund
-COPY build.mjs app.ts seed.ts start.ts schema.sql ./
+COPY build.mjs app.ts seed.ts random.ts start.ts schema.sql ./
 COPY server/ ./server/
 RUN node build.mjs
 # mimalloc, Debian's build of it, for the run stage: with it Node holds a connection of the challenge's

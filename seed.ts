@@ -10,6 +10,7 @@ import { dirname, join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import { parseArgs } from 'node:util'
 import { sign } from 'hono/jwt'
+import { mulberry32 } from './random.ts'
 import schema from './schema.sql' with { type: 'text' }
 
 const { values: flags, positionals } = parseArgs({
@@ -35,13 +36,7 @@ const DAY = 86_400_000
 const END = Date.UTC(2026, 0, 1)
 
 // mulberry32, seed 42: every number of the data comes from it, in this order.
-let state = 42
-function next(): number {
-  state = (state + 0x6d2b79f5) | 0
-  let t = Math.imul(state ^ (state >>> 15), state | 1)
-  t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-  return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-}
+const next = mulberry32(42)
 const randInt = (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1))
 const pick = <T>(list: T[]) => list[Math.floor(next() * list.length)]
 const expo = (mean: number) => -mean * Math.log(1 - next())

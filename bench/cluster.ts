@@ -15,14 +15,17 @@ import { execFileSync } from 'node:child_process'
 import { copyFileSync, mkdirSync, readFileSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
-import { sleep, until } from '../test/helpers.ts'
-import { CACHE, cpuTicks, LITESTREAM, LOAD_CORE, log, processTree, type Seed, type Server, SERVER_CORE, startServer, TICK_US, treeCpuTicks, wrk } from './lib.ts'
+import { cpuTicks, processTree, TICK_US, treeCpuTicks } from '../harness/proc.ts'
+import { CACHE, type Seed } from '../harness/seed.ts'
+import type { Server } from '../harness/server.ts'
+import { sleep, until } from '../harness/time.ts'
+import { LITESTREAM } from '../harness/tools.ts'
+import { benchServer, fmt, LOAD_CORE, log, SERVER_CORE, wrk } from './lib.ts'
 
 const POST = `SELECT json_object('post', json_object('id', p.id, 'body', p.body, 'created_at', p.created_at,
   'author', (SELECT username FROM users AS u WHERE u.id = p.user_id),
   'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id))) AS json FROM posts AS p WHERE p.id = ?`
 const randomPost = () => 1 + Math.floor(Math.random() * 500_000)
-const fmt = (n: number, digits = 0) => n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
 const at = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? NaN
 // Moves a running process, every thread of it, to these cores.
 const pin = (pid: number, cores: string) => execFileSync('taskset', ['-a', '-p', '-c', cores, String(pid)], { stdio: 'ignore' })
@@ -228,13 +231,13 @@ async function followersBench(run: Run, flags: string[], plain: string, dir: str
     const started: Server[] = []
     try {
       log(`bench: Litestream, ${setting.name}: a primary, its first snapshot, then a follower restoring it`)
-      const primary = await within(startServer(start, { flags, seed: run.seed, cores: LOAD_CORE, workdir: join(dir, `primary-${n}`), env: { ...env, ...setting.env } }), 60_000, 'the primary')
+      const primary = await benchServer(start, { flags, seed: run.seed, cores: LOAD_CORE, workdir: join(dir, `primary-${n}`), env: { ...env, ...setting.env }, timeoutMs: 60_000 })
       started.push(primary)
       // Its first snapshot, and its first level-1 compaction, which rereads the whole snapshot 30 s after
       // a start: neither weighs on a box that runs, so neither is measured (--quick waits for the first).
       await until(() => (quick ? /snapshot complete/ : /snapshot complete[^]*compaction complete.*level=1/).test(primary.stdout()), 90_000, 'the primary\'s first snapshot')
       const followerDir = join(dir, `follower-${n}`)
-      const follower = await within(startServer(start, { flags, workdir: followerDir, env: { ...env, PRIMARY_API_URL: primary.url } }), 120_000, 'the follower')
+      const follower = await benchServer(start, { flags, workdir: followerDir, env: { ...env, PRIMARY_API_URL: primary.url }, timeoutMs: 120_000 })
       started.push(follower)
       const followerDb = join(followerDir, 'feed.db')
       const litestreamOf = (server: Server) => () => ticksOf(server.pid, true)
@@ -252,7 +255,7 @@ async function followersBench(run: Run, flags: string[], plain: string, dir: str
         // 2. The mix: a plain file, then the follower; 2,000 connections each, so that the writes
         // waiting a second or two for the follower to have them leave enough connections to saturate it.
         const mix: Record<string, Saturation> = {}
-        const server = await startServer(join(import.meta.dirname, '..', 'dist', 'app.js'), { flags, env: { SQLITE_PATH: plain } })
+        const server = await benchServer(join(import.meta.dirname, '..', 'dist', 'app.js'), { flags, env: { SQLITE_PATH: plain } })
         mix['plain file'] = await saturate(run, server.url, 'mix', () => [server.pid], CONNECTIONS)
         await server.stop()
         mix['follower'] = await saturate(run, follower.url, 'mix', () => [follower.pid], CONNECTIONS, () => [primary.pid])
@@ -304,6 +307,3 @@ function summary(report: Record<string, any>) {
       `${pair(r.lag_at_write_rate.p50_ms, r.lag_at_write_rate.p99_ms).padEnd(22)} ${fmt(r.lag_at_write_rate.cpu_per_s[0] * 100, 1)}% of a core`)
   }
 }
-
-const within = <T>(promise: Promise<T>, ms: number, what: string) =>
-  Promise.race([promise, sleep(ms).then(() => Promise.reject(new Error(`${what}: not started within ${ms / 1000} s`)))])

@@ -5,10 +5,11 @@
 // The statements are app.ts's, copied here as it writes them (its whitespace too, so that a diff shows
 // any drift): a floor reads no source at run time, so that nothing of ours has to keep a shape for it
 // to find (issue 36). The feed is the exception, in its reference form: ours
-// reads it by rowid range when it can (app.ts), which is ours, not the stack's. test/bench.test.ts
+// reads it by rowid range when it can (app.ts), which is ours, not the stack's. bench/bench.test.ts
 // holds each floor to the goldens and to ours' answers, so a statement that drifts from app.ts's fails there.
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import { DatabaseSync } from 'node:sqlite'
+import { DEFAULT_SECRET } from '../harness/seed.ts'
 
 export const FEED = `
   SELECT json_object('posts', json_group_array(json_object(
@@ -55,7 +56,7 @@ export function openFloorDatabase(path: string) {
 // A post id, as ours reads one: a positive decimal integer.
 export const DECIMAL = /^[1-9][0-9]*$/
 export type JsonRow = { json: string }
-const SECRET = process.env.JWT_SECRET || 'twelve-dollar-challenge'
+const SECRET = process.env.JWT_SECRET || DEFAULT_SECRET
 
 // HS256 only, checked by hand: the signature, exp, and the claims the writes use. `authorization` is the
 // header's value, which the caller has seen start with "Bearer ". A token that is not JSON where it should

@@ -22,7 +22,10 @@ import { once } from 'node:events'
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus } from 'node:os'
 import { join } from 'node:path'
-import { CACHE, log, processTree, RESULTS, ROOT, type Seed } from './lib.ts'
+import { processTree } from '../harness/proc.ts'
+import { CACHE, DEFAULT_SECRET, type Seed } from '../harness/seed.ts'
+import { ROOT } from '../harness/tools.ts'
+import { fmt, log, RESULTS } from './lib.ts'
 import { KINDS, send, sequence, type Kind } from './sequence.ts'
 
 // Requests a window: the first n warm the JIT up, the next n are counted. --n sets it (the guard's is 2,000).
@@ -40,7 +43,6 @@ type Figures = { warm: number; first: number; syscalls: number; cpu: number; all
 type Figure = keyof Figures
 const FIGURES: Figure[] = ['warm', 'first', 'syscalls', 'cpu', 'alloc']
 
-const fmt = (n: number, digits = 0) => n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
 const pct = (x: number) => `${x >= 0 ? '+' : ''}${(100 * x).toFixed(2)}%`
 
 // This machine's CPU, by name and by the features that choose code paths (glibc, V8, OpenSSL): counts
@@ -56,7 +58,7 @@ async function startTarget(target: Target, seed: Seed, prefix: string[], nodeFla
   copyFileSync(seed.db, join(dir, 'feed.db'))
   const command = [...prefix, process.execPath, ...nodeFlags, target.script]
   const child = spawn(command[0], command.slice(1), {
-    env: { PATH: process.env.PATH, SQLITE_PATH: join(dir, 'feed.db'), HOST: '127.0.0.1', PORT: '0', JWT_SECRET: 'twelve-dollar-challenge' },
+    env: { PATH: process.env.PATH, SQLITE_PATH: join(dir, 'feed.db'), HOST: '127.0.0.1', PORT: '0', JWT_SECRET: DEFAULT_SECRET },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let output = ''

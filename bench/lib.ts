@@ -1,12 +1,14 @@
-// What the benchmark and the profiler share: the seeded database, the pinned server, wrk, /proc.
-import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process'
-import { createHash } from 'node:crypto'
+// What the benchmark's modes share beyond harness/ (which the tests share too): the cores, the results'
+// folder, the shipped server under measurement, wrk, the users generator, perf, and the figures' format.
+import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { cpuTicks, TICK_US } from '../harness/proc.ts'
+import { CACHE, DEFAULT_SECRET, type Seed } from '../harness/seed.ts'
+import { startServer, type Server } from '../harness/server.ts'
+import { ROOT } from '../harness/tools.ts'
 
-export const ROOT = join(import.meta.dirname, '..')
-export const CACHE = join(ROOT, 'bench', '.cache')
 export const RESULTS = join(ROOT, 'bench', 'results')
 export const SERVER_CORE = '1'
 export const LOAD_CORE = '0'
@@ -14,7 +16,8 @@ const MEMORY_LIMIT = 2 * 1024 ** 3 // the challenge box's RAM
 
 export const sh = (cmd: string, argv: string[], cwd = ROOT) => execFileSync(cmd, argv, { cwd, encoding: 'utf8' }).trim()
 export const log = (line: string) => console.error(line)
-
+// A figure as the reports print it: thousands separated, `digits` decimals.
+export const fmt = (n: number, digits = 0) => n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
 
 export function ensureTools() {
   const missing = ['wrk', 'taskset'].filter((tool) => spawnSync('which', [tool]).status !== 0)
@@ -37,50 +40,6 @@ export function nodeRelease(version: string): string {
   return bin
 }
 
-export type Seed = { db: string; tokens: string }
-
-// One seeded database per version of the seed, kept in bench/.cache: the tests and the benchmarks copy it
-// for every server they start. The version is the seed's bundle (dist/seed.js: everything the seed runs,
-// the signing of its tokens included), so a change to any of it seeds again. The seed is built in a folder
-// of its own and renamed into place whole: a run stopped halfway, or two runs at once, leave no half of one.
-export function seededDatabase({ quiet = false } = {}): Seed {
-  const hash = createHash('sha256').update(readFileSync(join(ROOT, 'dist', 'seed.js'))).digest('hex').slice(0, 12)
-  const dir = join(CACHE, `seed-${hash}`)
-  const seed = { db: join(dir, 'feed.db'), tokens: join(dir, 'tokens.txt') }
-  if (existsSync(dir)) return seed
-  log('seeding the challenge database once for this version of the seed, into bench/.cache (about 30 s)')
-  const partial = `${dir}.${process.pid}`
-  mkdirSync(CACHE, { recursive: true })
-  for (const name of readdirSync(CACHE)) { // what runs stopped halfway left behind
-    const pid = Number(/^seed-[0-9a-f]+\.(\d+)$/.exec(name)?.[1])
-    if (pid && !isRunning(pid)) rmSync(join(CACHE, name), { recursive: true, force: true })
-  }
-  try {
-    execFileSync(process.execPath, [join(ROOT, 'dist', 'seed.js'), join(partial, 'feed.db')], { stdio: ['ignore', 'ignore', quiet ? 'pipe' : 'inherit'] })
-  } catch (error) {
-    if (quiet) log(String((error as { stderr?: Buffer }).stderr ?? ''))
-    throw error
-  }
-  const list = JSON.parse(readFileSync(join(partial, 'tokens.json'), 'utf8')) as { token: string }[]
-  writeFileSync(join(partial, 'tokens.txt'), list.map((t) => t.token).join('\n') + '\n')
-  try {
-    renameSync(partial, dir)
-  } catch (error) {
-    if (!existsSync(dir)) throw error
-    rmSync(partial, { recursive: true, force: true }) // another run finished the same seed first
-  }
-  return seed
-}
-
-export function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'EPERM'
-  }
-}
-
 // A 2 GB memory cgroup (v1) for the server, where the machine lets us make one.
 export function memoryCgroup(): { dir?: string; note: string } {
   const dir = `/sys/fs/cgroup/memory/feed-bench-${process.pid}`
@@ -91,71 +50,6 @@ export function memoryCgroup(): { dir?: string; note: string } {
   } catch (err) {
     return { note: `no memory cgroup (${(err as Error).message.split(':')[0]}): memory not limited` }
   }
-}
-
-export const TICK_US = 1e6 / Number(sh('getconf', ['CLK_TCK']))
-
-// utime + stime of a process, all its threads, in clock ticks.
-export function cpuTicks(pid: number): { user: number; system: number; total: number } {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
-  const user = Number(fields[11])
-  const system = Number(fields[12])
-  return { user, system, total: user + system }
-}
-
-export function memoryKb(pid: number, field: 'VmHWM' | 'VmRSS'): number {
-  return Number(new RegExp(`${field}:\\s+(\\d+)`).exec(readFileSync(`/proc/${pid}/status`, 'utf8'))![1])
-}
-
-// A server is its process and every descendant (cluster workers): their CPU and memory add up.
-export function processTree(pid: number): number[] {
-  const children = new Map<number, number[]>()
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue
-    try {
-      const ppid = Number(readFileSync(`/proc/${entry}/stat`, 'utf8').split(') ')[1].split(' ')[1])
-      children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)])
-    } catch {} // gone meanwhile
-  }
-  const tree = [pid]
-  for (let i = 0; i < tree.length; i++) tree.push(...(children.get(tree[i]) ?? []))
-  return tree
-}
-
-export const treeCpuTicks = (pid: number) => processTree(pid).reduce((sum, p) => sum + cpuTicks(p).total, 0)
-
-// utime and stime of the process tree, all threads, in clock ticks: the user and kernel sides apart.
-export function treeCpu(pid: number): { user: number; system: number } {
-  const sum = { user: 0, system: 0 }
-  for (const p of processTree(pid)) {
-    try {
-      const { user, system } = cpuTicks(p)
-      sum.user += user
-      sum.system += system
-    } catch {} // gone meanwhile
-  }
-  return sum
-}
-
-// Context switches of every thread of the process tree (/proc/<pid>/task/*/status): voluntary (the thread
-// waited: epoll_wait, a futex, I/O) and involuntary (the scheduler took the core from it). A thread that
-// ends between two readings takes its count with it; Node's threads live as long as the process.
-export function treeSwitches(pid: number): { voluntary: number; involuntary: number } {
-  const sum = { voluntary: 0, involuntary: 0 }
-  for (const p of processTree(pid)) {
-    let tasks: string[] = []
-    try {
-      tasks = readdirSync(`/proc/${p}/task`)
-    } catch {} // gone meanwhile
-    for (const task of tasks) {
-      try {
-        const status = readFileSync(`/proc/${p}/task/${task}/status`, 'utf8')
-        sum.voluntary += Number(/^voluntary_ctxt_switches:\s+(\d+)/m.exec(status)![1])
-        sum.involuntary += Number(/^nonvoluntary_ctxt_switches:\s+(\d+)/m.exec(status)![1])
-      } catch {} // a thread that ended meanwhile
-    }
-  }
-  return sum
 }
 
 // Every syscall the processes' threads enter from now until stop(), counted by perf on the load core
@@ -179,14 +73,6 @@ export function countSyscalls(pids: number[]): { stop: () => Promise<{ count?: n
     },
   }
 }
-export const treeMemoryKb = (pid: number, field: 'VmHWM' | 'VmRSS') => processTree(pid).reduce((sum, p) => sum + memoryKb(p, field), 0)
-
-// The Node flags the image runs with: the benchmark measures the server as it is shipped.
-export function shippedNodeFlags(): string[] {
-  const cmd = /^CMD\s+(\[.*\])\s*$/m.exec(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'))
-  const argv = JSON.parse(cmd![1]) as string[]
-  return argv.slice(1, -1)
-}
 
 // The allocator the image preloads (its Dockerfile's LD_PRELOAD), as this machine's Debian has it:
 // every server the benchmark starts runs with it, as shipped. The instruction count keeps glibc's.
@@ -201,53 +87,17 @@ export function shippedEnv(): Record<string, string> {
   return shippedEnvironment
 }
 
-export type Server = { child: ChildProcess; pid: number; url: string; stdout: () => string; stderr: () => string; stop: () => Promise<void> }
-
 // Where each server's copy of the seed goes, and a replica when it has one (the --replicate variant).
 export const WORKDIR = join(CACHE, `run-${process.pid}`)
 export const REPLICA_URL = `file://${join(WORKDIR, 'replica')}`
-// Litestream 0.5.17 or later: LITESTREAM_BIN, else the workplace's build beside the clone
-// (../shared/tools/litestream). Undefined where there is none. The tests use the same one.
-export const LITESTREAM = [process.env.LITESTREAM_BIN, join(ROOT, '..', 'shared', 'tools', 'litestream'), '/work/shared/tools/litestream'].find((path) => path && existsSync(path))
 
-// s3rver (S3 on npm) in a process of its own, on the given port (0: any) and cores, one bucket (feed),
-// its objects in a folder; stop() ends it. Litestream gets `env`; a restore by hand takes `url`.
-export async function startS3rver(port: number, directory: string, cores?: string) {
-  const script = `
-    import S3rver from 's3rver'
-    const [directory, port] = process.argv.slice(1)
-    const { port: bound } = await new S3rver({ address: '127.0.0.1', port: Number(port), silent: true, directory, configureBuckets: [{ name: 'feed' }] }).run()
-    console.log(bound)`
-  const command = [process.execPath, '--input-type=module', '-e', script, directory, String(port)]
-  const [file, ...argv] = cores ? ['taskset', '-c', cores, ...command] : command
-  const child = spawn(file, argv, { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] })
-  // Its port once it listens; an exit or 20 s without it fail the start.
-  const started = await Promise.race([
-    once(child.stdout!, 'data').then(([chunk]) => String(chunk).trim()),
-    once(child, 'exit').then(([code]) => `exited with ${code}`),
-    new Promise<string>((resolve) => setTimeout(resolve, 20_000, 'no answer within 20 s').unref()),
-  ])
-  if (!/^\d+$/.test(started)) {
-    child.kill('SIGKILL')
-    throw new Error(`s3rver did not start: ${started}`)
-  }
-  port = Number(started)
-  return {
-    env: { AWS_ENDPOINT_URL_S3: `http://127.0.0.1:${port}`, AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER' },
-    url: `s3://feed/feed.db?endpoint=http://127.0.0.1:${port}`,
-    // SIGKILL: on SIGTERM s3rver closes gently, and waits for connections a client keeps open.
-    stop: async () => {
-      if (child.exitCode !== null || child.signalCode !== null) return
-      child.kill('SIGKILL')
-      await once(child, 'exit')
-    },
-  }
-}
-
-// A server run by this Node (or the given one) on the server core (or the given cores), on a fresh copy
-// of the seed when given one, in the cgroup when given one.
-// Servers that run at the same time each need a workdir of their own.
-export async function startServer(script: string, { node = process.execPath, flags = [], seed, cgroup, cores = SERVER_CORE, env = {}, workdir = WORKDIR }: { node?: string; flags?: string[]; seed?: Seed; cgroup?: string; cores?: string; env?: Record<string, string>; workdir?: string }): Promise<Server> {
+// A server as the benchmark measures it: this Node (or the given one) with the flags, on the server core
+// (or the given cores), on a fresh copy of the seed when given one, in the cgroup when given one, with the
+// shipped allocator and the seed's secret (which also silences the server's warning). Servers that run at
+// the same time each need a workdir of their own; stop() removes the copy, and a replica beside it.
+export async function benchServer(script: string, { node = process.execPath, flags = [], seed, cgroup, cores = SERVER_CORE, env = {}, workdir = WORKDIR, timeoutMs }: {
+  node?: string; flags?: string[]; seed?: Seed; cgroup?: string; cores?: string; env?: Record<string, string>; workdir?: string; timeoutMs?: number
+}): Promise<Server> {
   mkdirSync(workdir, { recursive: true })
   const copy = join(workdir, 'feed.db')
   // The copy, and the replica and Litestream's own files beside it when it was replicated.
@@ -257,67 +107,22 @@ export async function startServer(script: string, { node = process.execPath, fla
   }
   clean()
   if (seed) copyFileSync(seed.db, copy)
-  // In the cgroup before it starts, so that all it allocates is charged there.
-  const command = ['taskset', '-c', cores, node, ...flags, script]
-  const [file, ...argv] = cgroup ? ['sh', '-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, ...command] : command
-  const child = spawn(file, argv, {
-    // The seed signs tokens.json with the default secret; naming it also silences the server's warning.
-    env: { PATH: process.env.PATH, ...shippedEnv(), SQLITE_PATH: copy, HOST: '127.0.0.1', PORT: '0', JWT_SECRET: 'twelve-dollar-challenge', ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
-  let output = ''
-  let stderr = ''
-  child.stderr!.on('data', (chunk) => {
-    stderr += chunk
-    if (!/Debugger|inspector|For help, see|level=INFO/.test(String(chunk))) process.stderr.write(chunk)
-  })
-  const url = await new Promise<string>((resolve, reject) => {
-    child.stdout!.on('data', (chunk) => {
-      output += chunk
-      const match = /listening on (http:\/\/\S+)/.exec(output)
-      if (match) resolve(match[1].replace('0.0.0.0', '127.0.0.1'))
-    })
-    child.once('exit', (code) => reject(new Error(`server exited with ${code}: ${output}${stderr}`)))
-  })
-  return {
-    child,
-    pid: child.pid!,
-    url,
-    stdout: () => output,
-    stderr: () => stderr,
-    stop: async () => {
-      child.kill('SIGTERM')
-      if (child.exitCode === null && child.signalCode === null) await once(child, 'exit')
-      clean()
+  const server = await startServer(node, [...flags, script], {
+    cores,
+    cgroup,
+    timeoutMs,
+    env: { ...shippedEnv(), SQLITE_PATH: copy, JWT_SECRET: DEFAULT_SECRET, ...env },
+    // Its stderr on ours, but for the inspector's and Litestream's chatter.
+    onStderr: (chunk) => {
+      if (!/Debugger|inspector|For help, see|level=INFO/.test(String(chunk))) process.stderr.write(chunk)
     },
+  })
+  const stop = async (signal?: NodeJS.Signals) => {
+    const code = await server.stop(signal)
+    clean()
+    return code
   }
-}
-
-// The inspector protocol over the WebSocket a server's --inspect opened; output is what it has printed.
-export async function openInspector(output: () => string) {
-  let wsUrl: string | undefined
-  for (let i = 0; i < 100 && !wsUrl; i++) {
-    wsUrl = /ws:\/\/\S+/.exec(output())?.[0]
-    if (!wsUrl) await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-  if (!wsUrl) throw new Error('the server did not print its inspector address')
-  const socket = new WebSocket(wsUrl)
-  await new Promise((resolve, reject) => ((socket.onopen = resolve), (socket.onerror = reject)))
-  let id = 0
-  const pending = new Map<number, (result: any) => void>()
-  socket.onmessage = (event) => {
-    const message = JSON.parse(String(event.data))
-    pending.get(message.id)?.(message.result)
-    pending.delete(message.id)
-  }
-  return {
-    send: (method: string, params = {}) =>
-      new Promise<any>((resolve) => {
-        pending.set(++id, resolve)
-        socket.send(JSON.stringify({ id, method, params }))
-      }),
-    close: () => socket.close(),
-  }
+  return { ...server, stop }
 }
 
 export type WrkResult = {

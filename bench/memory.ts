@@ -1,5 +1,5 @@
 // Where an idle connection's memory is: a server opened by N idle keep-alive connections (each after one
-// `GET /posts/1`, test/faults/idle-flood.ts), measured before and after, each figure a connection.
+// `GET /posts/1`, harness/idle-flood.ts), measured before and after, each figure a connection.
 //
 //   node bench/memory.ts [--connections 15000] [--snapshot] [--env "LD_PRELOAD=... MALLOC_CONF=..."]
 //
@@ -17,7 +17,10 @@ import { join } from 'node:path'
 import { createInterface } from 'node:readline'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { parseArgs } from 'node:util'
-import { LOAD_CORE, log, memoryCgroup, ROOT, seededDatabase, shippedNodeFlags, startServer, WORKDIR, type Seed } from './lib.ts'
+import { type Seed, seededDatabase } from '../harness/seed.ts'
+import { shippedNodeFlags } from '../harness/server.ts'
+import { ROOT } from '../harness/tools.ts'
+import { benchServer, LOAD_CORE, log, memoryCgroup, WORKDIR } from './lib.ts'
 
 const { values: args } = parseArgs({ options: { connections: { type: 'string', default: '15000' }, snapshot: { type: 'boolean', default: false }, env: { type: 'string' } } })
 const CONNECTIONS = Number(args.connections)
@@ -78,7 +81,7 @@ function countObjects(snap: { snapshot: { meta: { node_fields: string[]; node_ty
 
 async function flood(url: string) {
   const { hostname, port } = new URL(url)
-  const child = spawn('taskset', ['-c', LOAD_CORE, process.execPath, join(ROOT, 'test', 'faults', 'idle-flood.ts'), '--port', port, '--host', hostname, '--connections', String(CONNECTIONS)], { stdio: ['pipe', 'pipe', 'inherit'] })
+  const child = spawn('taskset', ['-c', LOAD_CORE, process.execPath, join(ROOT, 'harness', 'idle-flood.ts'), '--port', port, '--host', hostname, '--connections', String(CONNECTIONS)], { stdio: ['pipe', 'pipe', 'inherit'] })
   const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]()
   const opened = await Promise.race([lines.next(), sleep(300_000).then(() => { throw new Error('the connections did not open within 300 s') })])
   const event = JSON.parse(opened.value as string) as { answered: number; wrong: number }
@@ -93,7 +96,7 @@ async function flood(url: string) {
 }
 
 async function variant(name: string, script: string, seed: Seed, env: Record<string, string> = {}) {
-  const server = await startServer(script, { flags: [...shippedNodeFlags(), '--expose-gc', `--import=${PROBE}`], seed, cgroup, env: { ...env, PROBE_SNAPSHOT: args.snapshot ? '1' : '0' } })
+  const server = await benchServer(script, { flags: [...shippedNodeFlags(), '--expose-gc', `--import=${PROBE}`], seed, cgroup, env: { ...env, PROBE_SNAPSHOT: args.snapshot ? '1' : '0' } })
   try {
     await (await fetch(`${server.url}/posts/1`)).text()
     const before = await measure(server.pid, cgroup, args.snapshot)

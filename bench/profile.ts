@@ -17,7 +17,11 @@ import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import { SourceMap } from 'node:module'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import { CACHE, cpuTicks, ensureTools, log, openInspector, RESULTS, ROOT, seededDatabase, startServer, TICK_US, wrk } from './lib.ts'
+import { cpuTicks, TICK_US } from '../harness/proc.ts'
+import { CACHE, seededDatabase } from '../harness/seed.ts'
+import { openInspector } from '../harness/server.ts'
+import { ROOT } from '../harness/tools.ts'
+import { benchServer, ensureTools, log, RESULTS, wrk } from './lib.ts'
 
 const { values: args, positionals } = parseArgs({
   allowPositionals: true,
@@ -134,7 +138,7 @@ async function main() {
   const bundle = plain ? join(ROOT, 'bench', plain) : join(outdir, 'app.js')
   const map = new SourceMap(plain ? { version: 3, sources: [], names: [], mappings: '' } : JSON.parse(readFileSync(`${bundle}.map`, 'utf8')))
   const flags = ['--inspect=127.0.0.1:0', ...args.flags.split(' ').filter(Boolean)]
-  const server = await startServer(bundle, { flags, seed: endpoint === 'ceiling' ? undefined : seed })
+  const server = await benchServer(bundle, { flags, seed: endpoint === 'ceiling' ? undefined : seed })
   const name = `${args.alloc ? 'alloc' : 'profile'}-${endpoint}${args.floor ? '-floor' : ''}`
   try {
     const session = await openInspector(server.stderr)

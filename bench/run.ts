@@ -18,8 +18,14 @@ import { existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync }
 import { cpus, release, totalmem } from 'node:os'
 import { basename, dirname, join } from 'node:path'
 import { parseArgs } from 'node:util'
+import { cpuTicks, processTree, TICK_US, treeCpu, treeCpuTicks, treeMemoryKb, treeSwitches } from '../harness/proc.ts'
+import { startS3rver } from '../harness/s3.ts'
+import { CACHE, type Seed, seededDatabase } from '../harness/seed.ts'
+import { type Server, shippedNodeFlags } from '../harness/server.ts'
+import { within } from '../harness/time.ts'
+import { LITESTREAM, ROOT } from '../harness/tools.ts'
 import { renderChart } from './chart.ts'
-import { CACHE, countSyscalls, cpuTicks, ensureTools, LITESTREAM, LOAD_CORE, log, memoryCgroup, nodeRelease, processTree, REPLICA_URL, RESULTS, ROOT, seededDatabase, SERVER_CORE, sh, shippedEnv, shippedNodeFlags, startS3rver, startServer, TICK_US, treeCpu, treeCpuTicks, treeMemoryKb, treeSwitches, usersGenerator, wrk, WORKDIR, type Seed, type Server } from './lib.ts'
+import { benchServer, countSyscalls, ensureTools, fmt, LOAD_CORE, log, memoryCgroup, nodeRelease, REPLICA_URL, RESULTS, SERVER_CORE, sh, shippedEnv, usersGenerator, WORKDIR, wrk } from './lib.ts'
 
 const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
 // Users per generator, and so per loopback address of the server: one client address may open about
@@ -137,8 +143,8 @@ async function replicaFor(workdir: string): Promise<Record<string, string>> {
 
 const serve = async (variant: Variant | 'ceiling', seed: Seed, cgroup?: string, host = '127.0.0.1', workdir = WORKDIR) =>
   variant === 'ceiling'
-    ? startServer(join(ROOT, 'bench', 'ceiling.ts'), { cgroup })
-    : startServer(variant.app, {
+    ? benchServer(join(ROOT, 'bench', 'ceiling.ts'), { cgroup })
+    : benchServer(variant.app, {
       node: variant.node, flags: variant.flags, seed, cgroup, cores: variant.cores, workdir,
       env: { WORKERS: variant.workers ?? args.workers, HOST: host, ...variant.env, ...(isReplicated(variant) && await replicaFor(workdir)) },
     })
@@ -233,13 +239,6 @@ type Hold = {
   generator_cpu: number; pass: boolean; perf_note?: string
 }
 
-// A deadline on every wait for a generator: a server that stops answering must not hang the run.
-function within<T>(promise: Promise<T>, seconds: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: nothing after ${fmt(seconds)} s`)), seconds * 1000)))
-  return Promise.race([promise, late]).finally(() => clearTimeout(timer))
-}
-
 // N users, each on its own keep-alive connection running the k6 loop (N x 0.106 requests a second), on a
 // fresh server with a fresh copy of the seed, after the saturation warm-up: they arrive evenly over the
 // ramp, each looping from its arrival; then the hold is measured from the server's process tree (CPU
@@ -263,7 +262,7 @@ async function holdUsers(variant: Variant, seed: Seed, round: number, cgroup?: s
       const latencies = join(CACHE, `latencies-${process.pid}-${i}.json`)
       generators.push({ latencies, ...usersGenerator({ url, connections: share, tokens: seed.tokens, latencies, idle: 0, hold: HOLD_S, ramp: RAMP_S, loopOnArrival: true }) })
     }
-    const connected = await within(Promise.all(generators.map((g) => g.next('connected'))), RAMP_S + 120, `the users of ${variant.name} arriving`)
+    const connected = await within(Promise.all(generators.map((g) => g.next('connected'))), (RAMP_S + 120) * 1000, `the users of ${variant.name} arriving`)
     // Every user has arrived: the generators measure from now (no idle time), and so does this.
     const perf = countSyscalls(processTree(server.pid))
     const cpuBefore = treeCpu(server.pid)
@@ -279,7 +278,7 @@ async function holdUsers(variant: Variant, seed: Seed, round: number, cgroup?: s
     const open = connected.reduce((sum, c) => sum + c.connections, 0)
     const failedToConnect = connected.reduce((sum, c) => sum + c.failed, 0)
     log(`bench: ${fmt(open)} users have arrived (${count} generator${count > 1 ? 's' : ''}); measuring ${fmt(HOLD_S)} s (about ${fmt(open * USER_RATE)} requests/s)`)
-    const results = await within(Promise.all(generators.map((g) => g.next('done'))), HOLD_S + 60, `the hold of ${variant.name}`)
+    const results = await within(Promise.all(generators.map((g) => g.next('done'))), (HOLD_S + 60) * 1000, `the hold of ${variant.name}`)
     const cpuAfter = treeCpu(server.pid)
     const switchesAfter = treeSwitches(server.pid)
     const wallS = (performance.now() - started) / 1000
@@ -367,7 +366,6 @@ const median = (values: number[]) => {
   const middle = (sorted.length - 1) / 2
   return (sorted[Math.floor(middle)] + sorted[Math.ceil(middle)]) / 2
 }
-const fmt = (n: number, digits = 0) => n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
 
 function summarize(runs: Saturation[], endpoint: Endpoint, variant: string) {
   const mine = runs.filter((r) => r.endpoint === endpoint && r.variant === variant)

@@ -10,7 +10,11 @@ import { execFileSync, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { appendFileSync, existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { CACHE, cpuTicks, LOAD_CORE, log, processTree, RESULTS, ROOT, startServer, TICK_US, treeCpuTicks, usersGenerator, WORKDIR, type Seed, type Server } from './lib.ts'
+import { cpuTicks, processTree, TICK_US, treeCpuTicks } from '../harness/proc.ts'
+import { CACHE, type Seed } from '../harness/seed.ts'
+import type { Server } from '../harness/server.ts'
+import { ROOT } from '../harness/tools.ts'
+import { benchServer, fmt, LOAD_CORE, log, RESULTS, usersGenerator, WORKDIR } from './lib.ts'
 
 const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
 // A 2 GB droplet's kernel shows about 1,967 MiB; Ubuntu 24.04 at rest holds about 320 MiB of it (systemd
@@ -34,7 +38,6 @@ type Level = {
   pass: boolean; limit?: Limit
 }
 
-const fmt = (n: number, digits = 0) => n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
 const round = (n: number) => Math.max(STEP, Math.round(n / STEP) * STEP)
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -139,7 +142,7 @@ export async function scoreBench({ seed, flags, full, estimate, commit, confirmF
     // The server as shipped (its Node flags, WORKERS unset), on the server core, in the cgroup.
     const node = nofile ? 'prlimit' : process.execPath
     const nodeFlags = nofile ? [`--nofile=${nofile}`, process.execPath, ...flags] : flags
-    const server: Server = await startServer(join(ROOT, 'dist', 'app.js'), { node, flags: nodeFlags, seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } })
+    const server: Server = await benchServer(join(ROOT, 'dist', 'app.js'), { node, flags: nodeFlags, seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } })
     const levelStarted = performance.now()
     // The copy of the seed was written from here: out of the page cache with it, so that the server's
     // reads are charged to its cgroup, as the box's page cache is to the box.
@@ -343,7 +346,7 @@ export async function k6Check({ seed, flags, k6, users = 10_000, ramp = 60, hold
   writeFileSync(tokens, JSON.stringify(readFileSync(seed.tokens, 'utf8').trim().split('\n').map((token) => ({ token }))))
   const csv = join(CACHE, `k6-requests-${process.pid}.csv`)
   const cgroup = boxCgroup('k6')
-  const server = await startServer(join(ROOT, 'dist', 'app.js'), { flags, seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } })
+  const server = await benchServer(join(ROOT, 'dist', 'app.js'), { flags, seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } })
   let k6Result
   try {
     const child = spawn('taskset', ['-c', LOAD_CORE, k6, 'run', '--quiet', '--no-color', '--out', `csv=${csv}`,
@@ -390,7 +393,7 @@ export async function k6Check({ seed, flags, k6, users = 10_000, ramp = 60, hold
   }
   // Ours, the same way as a level of the score.
   const ourCgroup = boxCgroup('ours')
-  const ourServer = await startServer(join(ROOT, 'dist', 'app.js'), { flags, seed, cgroup: ourCgroup.dir, env: { HOST: '0.0.0.0' } })
+  const ourServer = await benchServer(join(ROOT, 'dist', 'app.js'), { flags, seed, cgroup: ourCgroup.dir, env: { HOST: '0.0.0.0' } })
   let ours
   try {
     const latencies = join(CACHE, `k6-check-latencies-${process.pid}.json`)

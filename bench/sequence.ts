@@ -2,6 +2,7 @@
 // (the same ids, tokens and bodies, from a seeded generator), and every answer is checked, as wrk.lua
 // checks them. The mix draws each request's kind in the k6 loop's proportions.
 import { connect, type Socket } from 'node:net'
+import { mulberry32 } from '../random.ts'
 
 export const KINDS = ['feed', 'post', 'like', 'create', 'mix'] as const
 export type Kind = (typeof KINDS)[number]
@@ -18,22 +19,11 @@ export const EXPECT: Record<Single, [number[], string]> = {
 // draws below which each kind is chosen.
 const MIX: [Single, number][] = [['feed', 0.461], ['post', 0.922], ['like', 0.991], ['create', 1]]
 
-// mulberry32: the same numbers for the same seed, everywhere.
-function numbers(seed: number) {
-  let state = seed
-  return () => {
-    state = (state + 0x6d2b79f5) | 0
-    let t = Math.imul(state ^ (state >>> 15), state | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
-}
-
 type Request = { kind: Single; bytes: string }
 
 // The first count requests of a kind's sequence.
 export function sequence(kind: Kind, count: number, tokens: string[]): Request[] {
-  const next = numbers(20261201 + KINDS.indexOf(kind))
+  const next = mulberry32(20261201 + KINDS.indexOf(kind)) // the seed's generator: the same requests on every run
   const requests: Request[] = []
   for (let i = 0; i < count; i++) {
     const draw = next()

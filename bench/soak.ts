@@ -6,7 +6,11 @@
 import { execFileSync, spawn } from 'node:child_process'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import { ensureTools, LOAD_CORE, log, ROOT, seededDatabase, shippedNodeFlags, startServer, treeMemoryKb } from './lib.ts'
+import { treeMemoryKb } from '../harness/proc.ts'
+import { seededDatabase } from '../harness/seed.ts'
+import { shippedNodeFlags } from '../harness/server.ts'
+import { ROOT } from '../harness/tools.ts'
+import { benchServer, ensureTools, LOAD_CORE, log } from './lib.ts'
 
 const { values: args } = parseArgs({ options: { minutes: { type: 'string', default: '30' }, users: { type: 'string', default: '10000' } } })
 const MINUTES = Number(args.minutes)
@@ -28,7 +32,7 @@ function slope(points: [number, number][]) {
 ensureTools()
 execFileSync(process.execPath, ['build.mjs'], { cwd: ROOT, stdio: 'ignore' })
 const seed = seededDatabase()
-const server = await startServer(join(ROOT, 'dist', 'app.js'), { flags: shippedNodeFlags(), seed })
+const server = await benchServer(join(ROOT, 'dist', 'app.js'), { flags: shippedNodeFlags(), seed })
 log(`soak: ${USERS.toLocaleString('en')} users running the k6 loop for ${MINUTES} minutes (about ${Math.round(USERS * 0.106)} requests/s)`)
 const generator = spawn('taskset', ['-c', LOAD_CORE, process.execPath, join(ROOT, 'bench', 'users.ts'), '--url', server.url, '--connections', String(USERS),
   '--ramp', String(USERS / 2_000), '--idle', '1', '--hold', String(MINUTES * 60), '--interval', '60', '--tokens', seed.tokens], { stdio: ['ignore', 'pipe', 'inherit'] })

@@ -6,7 +6,7 @@ import { copyFileSync, mkdirSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import { parseArgs } from 'node:util'
-import { CACHE, seededDatabase } from './lib.ts'
+import { CACHE, seededDatabase } from '../harness/seed.ts'
 
 const { values: args } = parseArgs({ options: { calls: { type: 'string', default: '200000' }, only: { type: 'string' } } })
 const CALLS = Number(args.calls)

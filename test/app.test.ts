@@ -6,6 +6,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import { after, before, describe, test } from 'node:test'
+import { DEFAULT_SECRET } from '../harness/seed.ts'
+import { mulberry32 } from '../random.ts'
 import { claims, makeToken, now } from './helpers.ts'
 
 const dir = mkdtempSync(join(tmpdir(), 'feed-app-'))
@@ -124,8 +126,7 @@ describe('GET /feed', () => {
     })
 
     test('500 random states, ties and gaps included, each the reference bytes', async () => {
-      let seed = 7
-      const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31)
+      const random = mulberry32(7)
       let ranges = 0
       // New posts mostly, as a server makes them; some with an id in a gap or far past, new or as old as
       // the fixture's; ties on time; a few deleted.
@@ -184,7 +185,7 @@ describe('POST /posts', () => {
       const good = await tokenFor(1)
       const [header, payload] = good.split('.')
       const bad = {
-        'another secret': await makeToken(claims('1'), { secret: 'twelve-dollar-challenge' }),
+        'another secret': await makeToken(claims('1'), { secret: DEFAULT_SECRET }),
         'tampered payload': `${header}.${Buffer.from(JSON.stringify(claims('2'))).toString('base64url')}.${good.split('.')[2]}`,
         expired: await tokenFor(1, { exp: now() - 10 }),
         'no exp': await makeToken({ sub: '1', username: 'alice', iat: now() }, { secret: SECRET }),

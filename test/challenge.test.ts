@@ -8,8 +8,11 @@ import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readF
 import { tmpdir } from 'node:os'
 import { delimiter, join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
+import { DEFAULT_SECRET, freshSeededCopy } from '../harness/seed.ts'
+import { type Server, startServer } from '../harness/server.ts'
+import { ROOT } from '../harness/tools.ts'
 import { contractTests } from './contract.ts'
-import { asUser, DEFAULT_SECRET, freePort, freshSeededCopy, ROOT, runnableByUser, startServer, waitHealthy, type Server } from './helpers.ts'
+import { asUser, freePort, runnableByUser, waitHealthy } from './helpers.ts'
 
 const work = mkdtempSync(join(tmpdir(), 'feed-challenge-'))
 chmodSync(work, 0o755)

@@ -17,10 +17,13 @@
 import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { after, before, describe, test, type TestContext } from 'node:test'
+import { exchange } from '../harness/client.ts'
+import { type Server, startServer } from '../harness/server.ts'
+import { ROOT } from '../harness/tools.ts'
 import { MAX_BODY_BYTES } from '../app.ts'
 import { CHUNKED, ChunkedBody, readHead } from '../server/http1.ts'
+import { describeNeeding } from './helpers.ts'
 import { corpusRoot, logVerdict, readCases, requestFiles, type CorpusCase } from './llhttp-corpus.ts'
-import { exchange, ROOT, startServer, type Server } from './helpers.ts'
 
 // Refusals of what llhttp (as Node runs it) takes that are ours on purpose, each backed by an RFC.
 const DELIBERATE: Record<string, string> = {
@@ -50,7 +53,7 @@ type Mode = (typeof MODES)[number]
 
 const NO_CORPUS = 'no llhttp corpus: set LLHTTP_TESTS to a folder holding test/request/*.md of llhttp (or put one at ../shared/corpora/llhttp)'
 
-describe("llhttp's request tests: ours refuses what llhttp refuses and parses what it takes the same", { skip: root ? false : NO_CORPUS, timeout: 120_000 }, () => {
+describeNeeding(root ? false : NO_CORPUS, "llhttp's request tests: ours refuses what llhttp refuses and parses what it takes the same", { timeout: 120_000 }, () => {
   const servers = {} as Record<Mode, Server>
   const ports = {} as Record<Mode, number>
   const totals = { corpus: newCounts(), withHost: newCounts() }

@@ -8,8 +8,10 @@ import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
+import type { Token } from '../harness/seed.ts'
+import { ROOT } from '../harness/tools.ts'
 import { contractTests } from './contract.ts'
-import { freePort, ROOT, waitHealthy, type Token } from './helpers.ts'
+import { describeNeeding, freePort, waitHealthy } from './helpers.ts'
 
 type Instruction = { keyword: string; args: string }
 
@@ -94,7 +96,7 @@ const docker = (...args: string[]) => spawnSync('docker', args, { encoding: 'utf
 const info = docker('info', '--format', '{{.ServerVersion}}')
 const engine = info.status === 0 ? false : `no Docker engine answers here (docker info: ${(info.stderr || info.error?.message || '').trim().split('\n')[0]}); ../shared/tools/docker-engine.sh starts one`
 
-describe('the image, built and run by a real Docker engine as the README says', { skip: engine }, () => {
+describeNeeding(engine, 'the image, built and run by a real Docker engine as the README says', {}, () => {
   // The README's names, made unique to this run; the published port is a free one.
   const tag = `twelve-dollar-feed-test-${process.pid}`
   const volume = `feed-data-test-${process.pid}`

@@ -5,8 +5,10 @@ import { existsSync, readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { DatabaseSync } from 'node:sqlite'
 import { after, before, describe, test } from 'node:test'
+import { freshSeededCopy } from '../harness/seed.ts'
+import { type Server, startServer } from '../harness/server.ts'
+import { until } from '../harness/time.ts'
 import { contractTests } from './contract.ts'
-import { freshSeededCopy, startServer, type Server } from './helpers.ts'
 
 const db = freshSeededCopy()
 let server: Server
@@ -28,14 +30,16 @@ describe('start-up', () => {
   })
 })
 
+// How many processes of the server have said they listen.
+const listening = (target: Server) => target.output().match(/listening on/g)?.length ?? 0
+
 describe('with WORKERS=2: two processes on one port, each with its own database connection', () => {
   const copy = freshSeededCopy()
   let workers: Server
 
   before(async () => {
     workers = await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: copy.path, WORKERS: '2' } })
-    // Both workers listen before the contract runs.
-    while (workers.output().match(/listening on/g)!.length < 2) await new Promise((resolve) => setTimeout(resolve, 20))
+    await until(() => listening(workers) >= 2, 30_000, 'both workers listening') // before the contract runs
   })
   after(() => copy.remove())
 
@@ -45,8 +49,8 @@ describe('with WORKERS=2: two processes on one port, each with its own database 
     const children = () => readFileSync(`/proc/${workers.child.pid}/task/${workers.child.pid}/children`, 'utf8').trim().split(/\s+/).map(Number)
     const [victim] = children()
     process.kill(victim, 'SIGKILL')
-    while (!/worker \d+ exited \(SIGKILL\); starting another/.test(workers.output())) await new Promise((resolve) => setTimeout(resolve, 20))
-    while (workers.output().match(/listening on/g)!.length < 3) await new Promise((resolve) => setTimeout(resolve, 20))
+    await until(() => /worker \d+ exited \(SIGKILL\); starting another/.test(workers.output()), 30_000, 'the primary seeing its worker die')
+    await until(() => listening(workers) >= 3, 30_000, 'the new worker listening')
     assert.equal(children().length, 2)
     assert.ok(!children().includes(victim))
     for (let i = 0; i < 20; i++) assert.equal((await fetch(`${workers.url}/posts/1`)).status, 200)

@@ -5,7 +5,9 @@ import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
-import { claims, makeToken, now, ROOT, type Token } from './helpers.ts'
+import type { Token } from '../harness/seed.ts'
+import { ROOT } from '../harness/tools.ts'
+import { claims, makeToken, now } from './helpers.ts'
 
 const GOLDEN = join(ROOT, 'test', 'golden')
 

@@ -11,11 +11,14 @@ import { copyFileSync, writeFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
+import { DEFAULT_SECRET } from '../harness/seed.ts'
+import { type Server, startServer } from '../harness/server.ts'
+import { sleep } from '../harness/time.ts'
 import { errorBody, MAX_BODY_BYTES } from '../app.ts'
 import { REFUSALS } from '../server/api-server.ts'
 import { CHUNKED, ChunkedBody, readHead, type Head, type Progress, type Refusal } from '../server/http1.ts'
 import { fixedCase, generateCases, writingCases, type Case } from './fuzz-requests.ts'
-import { claims, makeToken, now, sleep, smallDatabase, startServer, type Server } from './helpers.ts'
+import { claims, makeToken, now, smallDatabase } from './helpers.ts'
 
 const SEED = process.env.FUZZ_SEED === 'random' ? Math.floor(Math.random() * 2 ** 31) : Number(process.env.FUZZ_SEED || 20261203)
 const CASES = Number(process.env.FUZZ_CASES || 3_000)
@@ -521,7 +524,7 @@ async function startThree(db: ReturnType<typeof smallDatabase>): Promise<Three> 
     copyFileSync(db.path, path) // both start from the same bytes
     return path
   })
-  const env = { JWT_SECRET: 'twelve-dollar-challenge' }
+  const env = { JWT_SECRET: DEFAULT_SECRET }
   const [ours, today, oracle] = await Promise.all([
     startServer(process.execPath, ['dist/app.js'], { env: { ...env, HTTP_SERVER: 'net', SQLITE_PATH: copies[0] } }),
     startServer(process.execPath, ['dist/app.js'], { env: { ...env, HTTP_SERVER: 'node-server', SQLITE_PATH: copies[1] } }),

@@ -7,10 +7,14 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
-import { startS3rver } from '../bench/lib.ts'
+import { exchange } from '../harness/client.ts'
+import { startS3rver } from '../harness/s3.ts'
+import { freshSeededCopy, type Token } from '../harness/seed.ts'
+import { type Server, startServer } from '../harness/server.ts'
+import { NO_LITESTREAM } from '../harness/tools.ts'
 import { contractTests, goldenTests } from './contract.ts'
-import { clusterLoad, exchange, freePort, freshSeededCopy, post, startServer, type Server, type Token } from './helpers.ts'
-import { killEverything, LITESTREAM_ENV, NO_LITESTREAM } from './replication.ts'
+import { clusterLoad, describeNeeding, freePort, post } from './helpers.ts'
+import { killEverything, LITESTREAM_ENV } from './replication.ts'
 
 const seed = process.env.TEST_SEED_DB ?? ''
 const tokens: Token[] = NO_LITESTREAM ? [] : JSON.parse(readFileSync(join(dirname(seed), 'tokens.json'), 'utf8'))
@@ -26,7 +30,7 @@ for (const store of ['a file replica', 's3rver'] as const) {
   // at its defaults (1 s).
   const interval = everything ? '100ms' : undefined
   // A deadline for the whole, which takes about a minute here: no wait below outlives it.
-  describe(`Litestream followers over ${store}${interval ? `, syncing every ${interval}` : ''}: node a the primary, b and c following it`, { skip: NO_LITESTREAM, timeout: 300_000 }, () => {
+  describeNeeding(NO_LITESTREAM, `Litestream followers over ${store}${interval ? `, syncing every ${interval}` : ''}: node a the primary, b and c following it`, { timeout: 300_000 }, () => {
     const dir = mkdtempSync(join(tmpdir(), 'followers-'))
     const primaryDb = freshSeededCopy()
     let replica: { url: string; env: Record<string, string>; stop?: () => Promise<void> }

@@ -1,19 +1,14 @@
 // The requests of the differential fuzz test (test/differential.test.ts): valid requests of the API,
 // mutated structurally (fields, framing, request line) and then byte by byte, all drawn from one seed,
 // so that the same seed makes the same bytes, split the same way, on every run.
+import { mulberry32 } from '../random.ts'
 import { MAX_HEADER_BYTES } from '../server/http1.ts'
 
 export type Random = { next: () => number; int: (n: number) => number; pick: <T>(list: readonly T[]) => T; chance: (p: number) => boolean }
 
-// mulberry32, as test/hostile.test.ts uses: small, fast, and the same on every platform.
-export function mulberry32(seed: number): Random {
-  let state = seed | 0
-  const next = () => {
-    state = (state + 0x6d2b79f5) | 0
-    let t = Math.imul(state ^ (state >>> 15), state | 1)
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
-  }
+// Draws from the seed's generator (random.ts), for the fuzzed requests here and test/hostile.test.ts's.
+export function randomFrom(seed: number): Random {
+  const next = mulberry32(seed)
   const int = (n: number) => Math.floor(next() * n)
   return { next, int, pick: (list) => list[int(list.length)], chance: (p) => next() < p }
 }
@@ -383,7 +378,7 @@ const GARBAGE = ['XYZ\r\n\r\n', 'GET /feed HTTP/1.1\r\nHost: test\r\n\r\n', '\r\
 
 // The cases of one seed: each alone, a pipelined pair, or a request that asks to close followed by more.
 export function generateCases(seed: number, count: number, tokens: Tokens): Case[] {
-  const r = mulberry32(seed)
+  const r = randomFrom(seed)
   return Array.from({ length: count }, (_, index) => generateCase(r, index, tokens))
 }
 

@@ -1,76 +1,26 @@
-// Shared by the tests that run the built server as a real process.
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
+// What the tests that run the built server as a real process share, beyond what the benchmark shares
+// with them (harness/): health probes, attackers, tokens, requests, load on a cluster, small databases,
+// and the user a server runs as.
+import { execFileSync, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { connect, createServer } from 'node:net'
+import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
+import { describe, test, type TestOptions } from 'node:test'
 import { sign } from 'hono/jwt'
+import { exchange } from '../harness/client.ts'
+import { DEFAULT_SECRET, type Token } from '../harness/seed.ts'
+import { sleep } from '../harness/time.ts'
+import { ROOT } from '../harness/tools.ts'
 
-export const ROOT = join(import.meta.dirname, '..')
-export const DEFAULT_SECRET = 'twelve-dollar-challenge'
-
-export type Token = { id: number; username: string; token: string }
-
-// A fresh copy of the run's seeded database, in a folder of its own, with its tokens.
-export function freshSeededCopy() {
-  const seed = process.env.TEST_SEED_DB
-  if (!seed) throw new Error('TEST_SEED_DB is not set: run the tests with `npm test`')
-  const dir = mkdtempSync(join(tmpdir(), 'feed-db-'))
-  const path = join(dir, 'feed.db')
-  copyFileSync(seed, path)
-  const tokens: Token[] = JSON.parse(readFileSync(join(dirname(seed), 'tokens.json'), 'utf8'))
-  return { dir, path, tokens, remove: () => rmSync(dir, { recursive: true, force: true }) }
-}
-
-export type Server = {
-  url: string
-  child: ChildProcess
-  output: () => string
-  stop: (signal?: NodeJS.Signals) => Promise<number | null>
-}
-
-type StartOptions = { env: Record<string, string>; cwd?: string; uid?: number; gid?: number }
-
-// Starts a server process that logs "listening on http://host:port", and waits for that line.
-// PORT defaults to 0 (any free port) and HOST to loopback; env is all the process gets, with PATH and
-// the run's HTTP_SERVER: `HTTP_SERVER=node-server npm test` runs every test on node:http.
-const HTTP_SERVER = process.env.HTTP_SERVER ? { HTTP_SERVER: process.env.HTTP_SERVER } : {}
-export function startServer(command: string, args: string[], { env, cwd = ROOT, uid, gid }: StartOptions): Promise<Server> {
-  const child = spawn(command, args, {
-    cwd,
-    uid,
-    gid,
-    env: { PATH: process.env.PATH ?? '', PORT: '0', HOST: '127.0.0.1', ...HTTP_SERVER, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
-  let output = ''
-  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)))
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`server did not start in 90 s:\n${output}`)), 90_000)
-    const onData = (chunk: Buffer) => {
-      output += chunk
-      const match = /listening on http:\/\/[^:]+:(\d+)/.exec(output)
-      if (!match) return
-      clearTimeout(timer)
-      resolve({
-        url: `http://127.0.0.1:${match[1]}`,
-        child,
-        output: () => output,
-        stop: (signal = 'SIGTERM') => {
-          child.kill(signal)
-          return exited
-        },
-      })
-    }
-    child.stdout.on('data', onData)
-    child.stderr.on('data', onData)
-    child.once('exit', (code) => {
-      clearTimeout(timer)
-      reject(new Error(`server exited with ${code} before listening:\n${output}`))
-    })
-  })
+// A describe whose tests need what this machine may lack (Litestream, Docker, k6, a corpus): where
+// `missing` says why it is not here, a skipped test of the same name stands in for the whole, so that
+// the run's summary counts it among the skipped, with the reason (node:test counts no skipped describe).
+export function describeNeeding(missing: string | false, name: string, options: Omit<TestOptions, 'skip'>, tests: () => void) {
+  if (missing) test(name, { skip: missing })
+  else describe(name, options, tests)
 }
 
 // Polls /health the way a load balancer or the challenge does; resolves with the seconds it took.
@@ -82,17 +32,6 @@ export async function waitHealthy(url: string, timeoutMs: number): Promise<numbe
     await new Promise((resolve) => setTimeout(resolve, 100))
   }
   throw new Error(`${url}/health was not 200 within ${timeoutMs / 1000} s`)
-}
-
-export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-
-// Polls until condition() holds; throws, naming what it waited for, when it has not within timeoutMs.
-export async function until(condition: () => boolean, timeoutMs: number, what: string) {
-  const deadline = performance.now() + timeoutMs
-  while (!condition()) {
-    if (performance.now() > deadline) throw new Error(`${what}: not within ${timeoutMs / 1000} s`)
-    await sleep(20)
-  }
 }
 
 // /health asked every everyMs until stop(), on a connection of its own each time, as a load balancer
@@ -172,39 +111,6 @@ export async function freePort(): Promise<number> {
     handedOut.add(port)
     return port
   }
-}
-
-export type Answer = { status?: number; headers: Record<string, string>; body: string; bodyBytes: number; raw: string }
-
-// One request, as bytes, on a connection of its own: whatever comes back before the server closes it
-// (or timeoutMs pass), with the head parsed. A whole response with a Content-Length is enough.
-export function exchange(port: number, bytes: Buffer | string, { halfClose = false, timeoutMs = 5_000 } = {}): Promise<Answer> {
-  return new Promise((resolve) => {
-    const socket = connect(port, '127.0.0.1')
-    const chunks: Buffer[] = []
-    const done = () => {
-      clearTimeout(timer)
-      socket.destroy()
-      const received = Buffer.concat(chunks)
-      const end = received.indexOf('\r\n\r\n')
-      const head = received.subarray(0, end < 0 ? received.length : end).toString('utf8')
-      const body = end < 0 ? Buffer.alloc(0) : received.subarray(end + 4)
-      const status = /^HTTP\/1\.1 (\d{3}) /.exec(head)?.[1]
-      const headers = Object.fromEntries(head.split('\r\n').slice(1).map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]))
-      resolve({ status: status ? Number(status) : undefined, headers, body: body.toString('utf8'), bodyBytes: body.length, raw: received.toString('utf8') })
-    }
-    const timer = setTimeout(done, timeoutMs)
-    socket.on('data', (chunk: Buffer) => {
-      chunks.push(chunk)
-      const received = Buffer.concat(chunks)
-      const end = received.indexOf('\r\n\r\n')
-      const length = /\r\ncontent-length: *(\d+)/i.exec(received.toString('latin1'))?.[1]
-      if (end >= 0 && length !== undefined && received.length >= end + 4 + Number(length)) done()
-    })
-    socket.on('close', done)
-    socket.on('error', () => {})
-    socket.write(bytes, () => halfClose && socket.end())
-  })
 }
 
 const base64url = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')

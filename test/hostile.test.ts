@@ -6,9 +6,12 @@ import { once } from 'node:events'
 import { readFileSync } from 'node:fs'
 import { connect } from 'node:net'
 import { after, before, describe, test } from 'node:test'
-import { memoryKb, openInspector, shippedNodeFlags } from '../bench/lib.ts'
-import { mulberry32 } from './fuzz-requests.ts'
-import { claims, DEFAULT_SECRET, exchange, freshSeededCopy, makeToken, now, pipeliningAttacker, probeHealth, startServer, type Answer, type Server } from './helpers.ts'
+import { type Answer, exchange } from '../harness/client.ts'
+import { memoryKb } from '../harness/proc.ts'
+import { DEFAULT_SECRET, freshSeededCopy } from '../harness/seed.ts'
+import { openInspector, type Server, shippedNodeFlags, startServer } from '../harness/server.ts'
+import { randomFrom } from './fuzz-requests.ts'
+import { claims, makeToken, now, pipeliningAttacker, probeHealth } from './helpers.ts'
 
 const db = freshSeededCopy()
 let server: Server
@@ -39,7 +42,7 @@ const request = (method: string, target: string, headers: string[] = [], body: B
 }
 
 async function corpus(): Promise<Case[]> {
-  const r = mulberry32(20261130) // so the corpus is the same on every run
+  const r = randomFrom(20261130) // so the corpus is the same on every run
   const cases: Case[] = []
   const good = db.tokens[0].token
   const auth = (token: string) => `Authorization: Bearer ${token}`

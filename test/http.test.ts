@@ -4,7 +4,10 @@
 import assert from 'node:assert/strict'
 import { DatabaseSync } from 'node:sqlite'
 import { after, before, describe, test } from 'node:test'
-import { exchange, smallDatabase, startServer, type Answer, type Server } from './helpers.ts'
+import { type Answer, exchange } from '../harness/client.ts'
+import { DEFAULT_SECRET } from '../harness/seed.ts'
+import { type Server, startServer } from '../harness/server.ts'
+import { smallDatabase } from './helpers.ts'
 
 const db = smallDatabase()
 // Three posts of one instant, newer than the rest of the fixture, written out of id order.
@@ -18,7 +21,7 @@ before(async () => {
   const insert = fixture.prepare("INSERT INTO posts (id, user_id, body, created_at) VALUES (?, 1, 'tied', '2025-06-01T00:00:00.000Z')")
   for (const id of TIED) insert.run(id)
   fixture.close()
-  server = await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: db.path, JWT_SECRET: 'twelve-dollar-challenge', BUSY_TIMEOUT_MS: '200' } })
+  server = await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: db.path, JWT_SECRET: DEFAULT_SECRET, BUSY_TIMEOUT_MS: '200' } })
   port = Number(new URL(server.url).port)
   // Headers that never end are a 408 after the 10 s header timeout, checked every 2 s: start the wait
   // now, so the rest of the file runs meanwhile.

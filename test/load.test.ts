@@ -2,13 +2,16 @@
 // out ../shared/tools, or K6), and through a minimal k6 stand-in that pins each branch of its loop.
 import assert from 'node:assert/strict'
 import { execFile, spawnSync } from 'node:child_process'
-import { existsSync, readFileSync, writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { registerHooks } from 'node:module'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { pathToFileURL } from 'node:url'
 import { after, before, describe, test } from 'node:test'
-import { freshSeededCopy, ROOT, startServer, type Server } from './helpers.ts'
+import { freshSeededCopy } from '../harness/seed.ts'
+import { type Server, startServer } from '../harness/server.ts'
+import { K6_BIN, ROOT } from '../harness/tools.ts'
+import { describeNeeding } from './helpers.ts'
 
 const K6 = { k6: 'k6.js', 'k6/http': 'http.js', 'k6/data': 'data.js' } as Record<string, string>
 registerHooks({
@@ -88,10 +91,10 @@ describe('load.js', () => {
   })
 })
 
-const k6Binary = [process.env.K6, join(ROOT, '..', 'shared', 'tools', 'k6')].find((path) => path && existsSync(path)) ??
+const k6Binary = K6_BIN ??
   (spawnSync('which', ['k6'], { encoding: 'utf8' }).stdout.trim() || undefined)
 
-describe('load.js under the real k6', { skip: !k6Binary && 'no k6 here (K6, ../shared/tools/k6 or PATH)' }, () => {
+describeNeeding(!k6Binary && 'no k6 here (K6, ../shared/tools/k6 or PATH)', 'load.js under the real k6', {}, () => {
   test('300 users ramped in 2 s and held 8 s: the thresholds pass, every check and request succeeds', async () => {
     const summary = join(db.dir, 'k6-summary.json')
     const tokens = join(db.dir, 'tokens.json')

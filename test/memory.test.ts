@@ -7,7 +7,8 @@ import { once } from 'node:events'
 import { connect, type Socket } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import { after, test } from 'node:test'
-import { sleep, smallDatabase, until } from './helpers.ts'
+import { sleep, until } from '../harness/time.ts'
+import { smallDatabase } from './helpers.ts'
 
 const db = smallDatabase()
 process.env.SQLITE_PATH = db.path

@@ -6,7 +6,7 @@ import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync,
 import { tmpdir } from 'node:os'
 import { delimiter, dirname, join } from 'node:path'
 import { after, describe, test } from 'node:test'
-import { ROOT } from './helpers.ts'
+import { ROOT } from '../harness/tools.ts'
 
 const read = (path: string) => readFileSync(join(ROOT, path), 'utf8')
 const PIN = read('.nvmrc').trim()

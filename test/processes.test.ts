@@ -8,8 +8,11 @@ import { connect, type Socket } from 'node:net'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { after, before, describe, test } from 'node:test'
-import { isRunning, processTree } from '../bench/lib.ts'
-import { freshSeededCopy, ROOT, startServer, until, type Server } from './helpers.ts'
+import { isRunning, processTree } from '../harness/proc.ts'
+import { freshSeededCopy } from '../harness/seed.ts'
+import { type Server, startServer } from '../harness/server.ts'
+import { until } from '../harness/time.ts'
+import { ROOT } from '../harness/tools.ts'
 
 const db = freshSeededCopy()
 const tokens = join(db.dir, 'tokens.txt')
@@ -23,6 +26,7 @@ const start = (limit: number) =>
 // then the challenge's loop at 20 times its pace, every answer checked. Meanwhile the server's processes
 // are looked at every 250 ms: the most seen at once come back (one look at 3 s came too early, once,
 // on a machine loaded by other tests).
+// bench/users.ts is run as a program, by its path, not imported: test/ imports nothing of bench/.
 async function users(url: string, connections: number, serverPid: number) {
   const run = promisify(execFile)(process.execPath, [join(ROOT, 'bench', 'users.ts'), '--url', url, '--connections', String(connections),
     '--think-scale', '0.05', '--idle', '2', '--hold', '5', '--tokens', tokens], { encoding: 'utf8', timeout: 60_000 })

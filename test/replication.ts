@@ -4,14 +4,14 @@ import { spawnSync } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { DatabaseSync } from 'node:sqlite'
-import { LITESTREAM, processTree } from '../bench/lib.ts'
-import { sleep, type Token } from './helpers.ts'
+import { processTree } from '../harness/proc.ts'
+import type { Token } from '../harness/seed.ts'
+import { sleep } from '../harness/time.ts'
+import { LITESTREAM } from '../harness/tools.ts'
 
-// Litestream 0.5.17 or later (bench/lib.ts finds it); start.ts is given the same one. Without it the
-// tests that need it skip. A Litestream process here gets PATH and what it is given, never the
-// machine's AWS_CA_BUNDLE: with it set, Litestream's S3 client fails to start.
-export { LITESTREAM }
-export const NO_LITESTREAM = !LITESTREAM && 'no Litestream 0.5 binary: set LITESTREAM_BIN, or put one at ../shared/tools/litestream'
+// Litestream 0.5.17 or later (harness/tools.ts finds it); start.ts is given the same one. Without it
+// the tests that need it skip, saying so (NO_LITESTREAM). A Litestream process here gets PATH and what
+// it is given, never the machine's AWS_CA_BUNDLE: with it set, Litestream's S3 client fails to start.
 export const LITESTREAM_ENV = { LITESTREAM_BIN: LITESTREAM ?? 'litestream' }
 
 // Litestream 0.3.13 (a test-only dependency: test/litestream-0.3), which wrote the replicas of the

@@ -6,7 +6,8 @@ import { readFileSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { describe, test } from 'node:test'
 import { verify } from 'hono/jwt'
-import { DEFAULT_SECRET, freshSeededCopy, ROOT } from './helpers.ts'
+import { DEFAULT_SECRET, freshSeededCopy } from '../harness/seed.ts'
+import { ROOT } from '../harness/tools.ts'
 
 const CHECKSUM = '738d11ab3164c13177e347f75038d1e80b43c64e754544a42d1c32bd8d7bcf1d'
 const hasSqliteShell = spawnSync('sqlite3', ['--version']).status === 0

@@ -3,7 +3,7 @@
 // of the seed's bundle, so that `npm test`, `npm run test:faults` and `npm run bench` seed it once.
 import { execFileSync } from 'node:child_process'
 import { join } from 'node:path'
-import { seededDatabase } from '../bench/lib.ts'
+import { seededDatabase } from '../harness/seed.ts'
 
 export async function globalSetup() {
   execFileSync(process.execPath, ['build.mjs'], { cwd: join(import.meta.dirname, '..'), stdio: 'inherit' })

@@ -6,8 +6,11 @@ import { spawnSync } from 'node:child_process'
 import { chmodSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
-import { ROOT, sleep, smallDatabase, startServer } from './helpers.ts'
-import { LITESTREAM_ENV, NO_LITESTREAM, notIn, restoreByHand } from './replication.ts'
+import { startServer } from '../harness/server.ts'
+import { sleep } from '../harness/time.ts'
+import { NO_LITESTREAM, ROOT } from '../harness/tools.ts'
+import { describeNeeding, smallDatabase } from './helpers.ts'
+import { LITESTREAM_ENV, notIn, restoreByHand } from './replication.ts'
 
 const boxes: ReturnType<typeof smallDatabase>[] = []
 after(() => boxes.forEach((box) => box.remove()))
@@ -101,7 +104,7 @@ describe('npm start with LITESTREAM_REPLICA_URL', () => {
     })
   })
 
-  describe('under the real Litestream 0.5', { skip: NO_LITESTREAM }, () => {
+  describeNeeding(NO_LITESTREAM, 'under the real Litestream 0.5', {}, () => {
     test('/health says the replica is ok; a write reaches it; SIGTERM stops both with 0', async () => {
       const b = box()
       const replica = join(b.dir, 'replica')

@@ -6,8 +6,11 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { basename, dirname, join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
+import { DEFAULT_SECRET, freshSeededCopy } from '../harness/seed.ts'
+import { type Server, startServer } from '../harness/server.ts'
+import { ROOT } from '../harness/tools.ts'
 import { contractTests } from './contract.ts'
-import { freshSeededCopy, post, ROOT, startServer, type Server } from './helpers.ts'
+import { post } from './helpers.ts'
 
 // The section's first sh block, with this checkout where it names the repository's folder.
 function starterCommands(): string[] {
@@ -41,7 +44,7 @@ describe('app.ts as a starter, copied as the README says', { timeout: 180_000 },
     const cd = /^mkdir (\S+) && cd \1$/.exec(setup[0])?.[1]
     assert.ok(cd, `the first command makes the folder and enters it: ${setup[0]}`)
     const [command, ...args] = commands.at(-1)!.split(' ')
-    server = await startServer(command, args, { cwd: join(folder, cd), env: { ...env, SQLITE_PATH: db.path, JWT_SECRET: 'twelve-dollar-challenge' } })
+    server = await startServer(command, args, { cwd: join(folder, cd), env: { ...env, SQLITE_PATH: db.path, JWT_SECRET: DEFAULT_SECRET } })
   })
 
   after(async () => {

@@ -6,8 +6,9 @@ import { once } from 'node:events'
 import { connect, type AddressInfo, type Socket } from 'node:net'
 import { after, before, describe, test } from 'node:test'
 import { Hono } from 'hono'
+import { exchange } from '../harness/client.ts'
+import { until } from '../harness/time.ts'
 import { createWireServer } from '../server/wire.ts'
-import { exchange, until } from './helpers.ts'
 
 let aborted = 0
 const app = new Hono()

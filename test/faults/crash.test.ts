@@ -4,7 +4,8 @@
 import assert from 'node:assert/strict'
 import { DatabaseSync } from 'node:sqlite'
 import { after, describe, test } from 'node:test'
-import { freshSeededCopy, startServer } from '../helpers.ts'
+import { freshSeededCopy } from '../../harness/seed.ts'
+import { startServer } from '../../harness/server.ts'
 
 const KILLS = 5
 const LANES = 32

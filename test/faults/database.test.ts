@@ -7,14 +7,16 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
 import { after, describe, test } from 'node:test'
-import { asUser, giveTo, runnableByUser, smallDatabase, startServer, type Server } from '../helpers.ts'
+import { DEFAULT_SECRET } from '../../harness/seed.ts'
+import { type Server, startServer } from '../../harness/server.ts'
+import { asUser, giveTo, runnableByUser, smallDatabase } from '../helpers.ts'
 
 type Small = ReturnType<typeof smallDatabase>
 
 async function serve(db: Small): Promise<Server> {
   giveTo(asUser, db.dir)
   const { node, app } = runnableByUser()
-  return startServer(node, [app], { env: { SQLITE_PATH: db.path, BUSY_TIMEOUT_MS: '500', JWT_SECRET: 'twelve-dollar-challenge' }, ...asUser })
+  return startServer(node, [app], { env: { SQLITE_PATH: db.path, BUSY_TIMEOUT_MS: '500', JWT_SECRET: DEFAULT_SECRET }, ...asUser })
 }
 
 // A small database and, once start() is called, a server on it; both go away after the describe.
@@ -200,7 +202,7 @@ describe('another process holds every lock on the file when the server starts', 
     const release = holdEverything()
     giveTo(asUser, db.dir)
     const { node, app } = runnableByUser()
-    const starting = startServer(node, [app], { env: { SQLITE_PATH: db.path, JWT_SECRET: 'twelve-dollar-challenge' }, ...asUser })
+    const starting = startServer(node, [app], { env: { SQLITE_PATH: db.path, JWT_SECRET: DEFAULT_SECRET }, ...asUser })
     await new Promise((resolve) => setTimeout(resolve, 1_500))
     release()
     const server = await starting
@@ -219,7 +221,7 @@ describe('another process holds every lock on the file when the server starts', 
     try {
       giveTo(asUser, db.dir)
       const { node, app } = runnableByUser()
-      server = await startServer(node, [app], { env: { SQLITE_PATH: db.path, JWT_SECRET: 'twelve-dollar-challenge', START_WAIT_MS: '1000' }, ...asUser })
+      server = await startServer(node, [app], { env: { SQLITE_PATH: db.path, JWT_SECRET: DEFAULT_SECRET, START_WAIT_MS: '1000' }, ...asUser })
       assert.match(server.output(), /is still locked after 1 s; serving/)
       await expectDegraded(server, 'database is busy')
       await expect503(await fetch(`${server.url}/feed`), 'database is busy')

@@ -4,7 +4,9 @@
 import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { after, describe, test } from 'node:test'
-import { sleep, smallDatabase, startServer, until, type Server } from '../helpers.ts'
+import { type Server, startServer } from '../../harness/server.ts'
+import { sleep, until } from '../../harness/time.ts'
+import { smallDatabase } from '../helpers.ts'
 
 const LIMIT = 256
 

@@ -4,8 +4,12 @@
 import assert from 'node:assert/strict'
 import { join } from 'node:path'
 import { after, describe, test, type TestContext } from 'node:test'
-import { claims, makeToken, probeHealth, sleep, smallDatabase, startServer, until, type Server, type Token } from '../helpers.ts'
-import { LITESTREAM_ENV, NO_LITESTREAM, writeStream } from '../replication.ts'
+import type { Token } from '../../harness/seed.ts'
+import { type Server, startServer } from '../../harness/server.ts'
+import { sleep, until } from '../../harness/time.ts'
+import { NO_LITESTREAM } from '../../harness/tools.ts'
+import { claims, makeToken, probeHealth, smallDatabase } from '../helpers.ts'
+import { LITESTREAM_ENV, writeStream } from '../replication.ts'
 
 // 16 lanes of posts and likes at full rate for so many seconds, /health asked every 20 ms meanwhile.
 // Long enough that the commit before fails: it answered 503 to about 0.15 probes a second under

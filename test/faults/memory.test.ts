@@ -10,8 +10,13 @@ import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from 'n
 import { connect, type Socket } from 'node:net'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
-import { isRunning, processTree } from '../../bench/lib.ts'
-import { exchange, ROOT, sleep, smallDatabase, startServer, until, type Server } from '../helpers.ts'
+import { exchange } from '../../harness/client.ts'
+import { isRunning, processTree } from '../../harness/proc.ts'
+import { DEFAULT_SECRET } from '../../harness/seed.ts'
+import { type Server, startServer } from '../../harness/server.ts'
+import { sleep, until } from '../../harness/time.ts'
+import { ROOT } from '../../harness/tools.ts'
+import { describeNeeding, smallDatabase } from '../helpers.ts'
 
 const LIMIT_MIB = 400
 // A client process to each, 15,000 files each: 75,000 in all, more than 400 MiB holds on either server
@@ -70,7 +75,7 @@ function keepAlive(port: number) {
 
 const cgroup = makeCgroup()
 
-describe(`more idle connections than a memory cgroup of ${LIMIT_MIB} MiB holds`, { skip: typeof cgroup === 'string' && cgroup, timeout: 240_000 }, () => {
+describeNeeding(typeof cgroup === 'string' && cgroup, `more idle connections than a memory cgroup of ${LIMIT_MIB} MiB holds`, { timeout: 240_000 }, () => {
   const { dir, oomKills } = cgroup as Exclude<typeof cgroup, string>
   const db = smallDatabase()
   let server: Server | undefined
@@ -88,7 +93,7 @@ describe(`more idle connections than a memory cgroup of ${LIMIT_MIB} MiB holds`,
 
   test('nothing is killed, /health answers, every acknowledged post stays, and it takes connections again', async (t) => {
     server = await startServer('sh', ['-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', dir, process.execPath, '--max-semi-space-size=4', 'dist/app.js'],
-      { env: { SQLITE_PATH: db.path, HOST: '0.0.0.0', JWT_SECRET: 'twelve-dollar-challenge' } })
+      { env: { SQLITE_PATH: db.path, HOST: '0.0.0.0', JWT_SECRET: DEFAULT_SECRET } })
     const port = Number(new URL(server.url).port)
     const token = await db.tokenFor(7)
 
@@ -125,7 +130,7 @@ describe(`more idle connections than a memory cgroup of ${LIMIT_MIB} MiB holds`,
 
     flood = HOSTS.map((host) => {
       const args = ['--port', String(port), '--host', host, '--connections', String(FLOOD), '--rate', String(RATE)]
-      const child = spawn(process.execPath, [join(ROOT, 'test', 'faults', 'idle-flood.ts'), ...args], { stdio: ['pipe', 'pipe', 'inherit'] })
+      const child = spawn(process.execPath, [join(ROOT, 'harness', 'idle-flood.ts'), ...args], { stdio: ['pipe', 'pipe', 'inherit'] })
       const lines: Record<string, any>[] = []
       child.stdout.setEncoding('utf8').on('data', (chunk: string) => lines.push(...chunk.trim().split('\n').map((line) => JSON.parse(line))))
       const event = async (name: string) => {

@@ -10,8 +10,12 @@ import { writeFileSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
-import { memoryKb, shippedNodeFlags } from '../../bench/lib.ts'
-import { freshSeededCopy, pipeliningAttacker, probeHealth, ROOT, sleep, startServer, type Server } from '../helpers.ts'
+import { memoryKb } from '../../harness/proc.ts'
+import { freshSeededCopy } from '../../harness/seed.ts'
+import { type Server, shippedNodeFlags, startServer } from '../../harness/server.ts'
+import { sleep } from '../../harness/time.ts'
+import { ROOT } from '../../harness/tools.ts'
+import { pipeliningAttacker, probeHealth } from '../helpers.ts'
 
 const HOLD_S = 20
 const rssMb = (server: Server) => memoryKb(server.child.pid!, 'VmRSS') / 1024
@@ -35,7 +39,8 @@ function aServer() {
 type Hold = { sent: number; answered: number; unanswered: number; errors: Record<string, number | string>; p99_ms: number; max_ms: number }
 
 // 2,000 users of bench/users.ts running the k6 loop at twice its pace (about 420 requests a second)
-// for HOLD_S seconds; resolves with its results, or rejects when they are 30 s late.
+// for HOLD_S seconds; resolves with its results, or rejects when they are 30 s late. It is run as a
+// program, by its path, not imported: test/ imports nothing of bench/.
 async function holdUsers(server: Server, tokens: string): Promise<Hold> {
   const child = spawn(process.execPath, [join(ROOT, 'bench', 'users.ts'), '--url', server.url, '--connections', '2000', '--think-scale', '0.5',
     '--idle', '1', '--hold', String(HOLD_S), '--tokens', tokens], { stdio: ['ignore', 'pipe', 'inherit'] })

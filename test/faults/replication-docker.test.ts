@@ -1,21 +1,23 @@
 // The image, for real, with LITESTREAM_REPLICA_URL: replication is one -e more. A first container on an
 // empty volume seeds and replicates; `docker stop`; the volume is lost; a second container on an empty
 // volume restores the database (it does not seed), with the writes made before the stop.
-// Needs a Docker engine: /work/shared/tools/docker-engine.sh starts one where Docker Hub is out of reach.
+// Needs a Docker engine: ../shared/tools/docker-engine.sh starts one where Docker Hub is out of reach.
 import assert from 'node:assert/strict'
 import { execFileSync, spawnSync } from 'node:child_process'
 import { chownSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
-import { ROOT, waitHealthy, type Token } from '../helpers.ts'
+import type { Token } from '../../harness/seed.ts'
+import { ROOT } from '../../harness/tools.ts'
+import { describeNeeding, waitHealthy } from '../helpers.ts'
 
 // Bounded, so an engine that stops answering fails the test instead of hanging it.
 const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 300_000 }).trim()
 const engine = spawnSync('docker', ['info'], { stdio: 'ignore', timeout: 20_000 }).status === 0
 const IMAGE = `twelve-dollar-feed-replication-test-${process.pid}`
 
-describe('the image with LITESTREAM_REPLICA_URL, under a real Docker engine', { skip: !engine && 'no Docker engine answers `docker info` (start one with /work/shared/tools/docker-engine.sh)' }, () => {
+describeNeeding(!engine && 'no Docker engine answers `docker info` (../shared/tools/docker-engine.sh starts one)', 'the image with LITESTREAM_REPLICA_URL, under a real Docker engine', {}, () => {
   const work = mkdtempSync(join(tmpdir(), 'feed-docker-'))
   const data = join(work, 'data')
   const replica = join(work, 'replica')

@@ -10,8 +10,12 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import { DatabaseSync } from 'node:sqlite'
-import { claims, makeToken, ROOT, sleep, smallDatabase, startServer, type Server, type Token } from '../helpers.ts'
-import { killEverything, LITESTREAM, LITESTREAM_ENV, notIn, OLD_LITESTREAM, restoreByHand, type Write } from '../replication.ts'
+import type { Token } from '../../harness/seed.ts'
+import { type Server, startServer } from '../../harness/server.ts'
+import { sleep, within } from '../../harness/time.ts'
+import { LITESTREAM, ROOT } from '../../harness/tools.ts'
+import { claims, describeNeeding, makeToken, smallDatabase } from '../helpers.ts'
+import { killEverything, LITESTREAM_ENV, notIn, OLD_LITESTREAM, restoreByHand, type Write } from '../replication.ts'
 
 const folders: string[] = []
 const servers: Server[] = []
@@ -24,17 +28,6 @@ const folder = (name: string) => {
   const dir = mkdtempSync(join(tmpdir(), `feed-${name}-`))
   folders.push(dir)
   return dir
-}
-
-// The promise, or an error naming what did not happen within ms.
-async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not within ${ms / 1000} s`)), ms)))
-  try {
-    return await Promise.race([promise, late])
-  } finally {
-    clearTimeout(timer)
-  }
 }
 
 // Everything a Litestream process gets: PATH, and what it is given; never AWS_CA_BUNDLE (replication.ts).
@@ -118,7 +111,7 @@ const skip = !OLD_LITESTREAM ? 'no Litestream 0.3.13 (npm package @flydotio/lite
   : !LITESTREAM ? 'no Litestream 0.5 binary: set LITESTREAM_BIN, or put one at ../shared/tools/litestream'
   : false
 
-describe('an existing replica written by Litestream 0.3.13, after the upgrade to 0.5.17', { skip }, () => {
+describeNeeding(skip, 'an existing replica written by Litestream 0.3.13, after the upgrade to 0.5.17', {}, () => {
   test("an existing user's replica written by Litestream 0.3.13 restores under 0.5.17, and 0.5.17 replicates on beside it", async (t) => {
     const replica = folder('replica')
     const url = `file://${replica}`

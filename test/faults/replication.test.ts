@@ -8,9 +8,13 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, describe, test, type TestContext } from 'node:test'
-import { startS3rver } from '../../bench/lib.ts'
-import { claims, freePort, makeToken, sleep, smallDatabase, startServer, until, type Server, type Token } from '../helpers.ts'
-import { killEverything, LITESTREAM_ENV, NO_LITESTREAM, notIn, percentile, restoreByHand, SYNC_INTERVAL_MS, writeStream, type Write } from '../replication.ts'
+import { startS3rver } from '../../harness/s3.ts'
+import type { Token } from '../../harness/seed.ts'
+import { type Server, startServer } from '../../harness/server.ts'
+import { sleep, until } from '../../harness/time.ts'
+import { NO_LITESTREAM } from '../../harness/tools.ts'
+import { claims, describeNeeding, freePort, makeToken, smallDatabase } from '../helpers.ts'
+import { killEverything, LITESTREAM_ENV, notIn, percentile, restoreByHand, SYNC_INTERVAL_MS, writeStream, type Write } from '../replication.ts'
 
 const folders: string[] = []
 const servers: Server[] = []
@@ -119,7 +123,7 @@ function dropCutOffUploads(objects: string) {
 
 // Its tests run at once, for CI's time: each box, replica and s3rver is its own (their latencies then
 // are not BENCHMARKS.md's, which come from one test at a time).
-describe('a box lost under a stream of writes (SIGKILL to every process, the data folder deleted)', { skip: NO_LITESTREAM, concurrency: true }, () => {
+describeNeeding(NO_LITESTREAM, 'a box lost under a stream of writes (SIGKILL to every process, the data folder deleted)', { concurrency: true }, () => {
   test('restores on an empty folder from a file replica, 5 losses in a row', (t) => loseTheBox(t, `file://${folder('replica')}`, 5))
 
   test('with LITESTREAM_SYNC=wait, every acknowledged write is restored, 5 losses in a row', (t) => loseTheBox(t, `file://${folder('replica')}`, 5, { LITESTREAM_SYNC: 'wait' }))
@@ -153,7 +157,7 @@ describe('a box lost under a stream of writes (SIGKILL to every process, the dat
   }
 })
 
-describe('a clean stop, then the disk lost', { skip: NO_LITESTREAM }, () => {
+describeNeeding(NO_LITESTREAM, 'a clean stop, then the disk lost', {}, () => {
   test('seeds when the replica is empty; after SIGTERM under writes and the folder deleted, restores every acknowledged write', async (t) => {
     const url = `file://${folder('replica')}`
     let dir = folder('box')
@@ -208,7 +212,7 @@ async function untilReplicaHolds(url: string, env: Record<string, string>, write
 // the figures in BENCHMARKS.md.
 const OUTAGE_S = Number(process.env.OUTAGE_S || 8)
 
-describe('the S3 endpoint unreachable for a while (s3rver stopped, then started again)', { skip: NO_LITESTREAM }, () => {
+describeNeeding(NO_LITESTREAM, 'the S3 endpoint unreachable for a while (s3rver stopped, then started again)', {}, () => {
   test(`${OUTAGE_S} s: serves and writes on with no error, /health and the log say how far behind, then it catches up`, async (t) => {
     const port = await freePort()
     const objects = folder('s3rver')
@@ -304,7 +308,7 @@ describe('the S3 endpoint unreachable for a while (s3rver stopped, then started 
   })
 })
 
-describe('Litestream stopped under the server (SIGSTOP)', { skip: NO_LITESTREAM }, () => {
+describeNeeding(NO_LITESTREAM, 'Litestream stopped under the server (SIGSTOP)', {}, () => {
   test('/health says the replica is unreachable within 3 s, and the log says so; SIGCONT: ok again', async () => {
     const box = await smallBox()
     const server = await startReplicated(box.dir, `file://${folder('replica')}`)

@@ -4,7 +4,9 @@ import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
-import { freshSeededCopy, ROOT, startServer } from '../helpers.ts'
+import { freshSeededCopy } from '../../harness/seed.ts'
+import { startServer } from '../../harness/server.ts'
+import { ROOT } from '../../harness/tools.ts'
 
 const SLOW = 2_000
 const SILENT = 1_000

@@ -5,7 +5,8 @@ import { once } from 'node:events'
 import { existsSync } from 'node:fs'
 import { connect } from 'node:net'
 import { after, describe, test } from 'node:test'
-import { freshSeededCopy, startServer } from '../helpers.ts'
+import { freshSeededCopy } from '../../harness/seed.ts'
+import { startServer } from '../../harness/server.ts'
 
 describe('SIGTERM under load', () => {
   const db = freshSeededCopy()

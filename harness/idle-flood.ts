@@ -1,7 +1,8 @@
-// Idle keep-alive connections, from a process of their own (a process here has 20,000 files at most):
+// A load program that test/faults/memory.test.ts and bench/memory.ts both run: idle keep-alive
+// connections, from a process of their own (a process here has 20,000 files at most):
 // each connects, asks for `GET /posts/1` once, reads the answer, then stays open and says nothing.
 //
-//   node test/faults/idle-flood.ts --port 3000 --host 127.0.0.2 --connections 15000 [--rate 400]
+//   node harness/idle-flood.ts --port 3000 --host 127.0.0.2 --connections 15000 [--rate 400]
 //
 // Opens them 500 at a time, or at most `rate` a second, then prints {"event":"opened", answered,
 // refused, closed, failed, wrong}: each connection answered 200, answered 503 (the server at capacity)

@@ -1,14 +1,20 @@
-// The benchmark's load scripts check what they get: a wrong status or body is counted, never timed.
-// No speed is asserted here.
+// The benchmark's own tests, beside it (npm test runs them; they import the bench's modules, which
+// test/ may not): its load scripts check what they get, a wrong status or body counted, never timed; its
+// readers of /proc and perf; the score's percentiles; the floors, held to the goldens and to ours'
+// answers. No speed is asserted here.
 import assert from 'node:assert/strict'
 import { execFileSync, spawnSync } from 'node:child_process'
 import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
-import { countSyscalls, treeCpu, treeSwitches } from '../bench/lib.ts'
-import { k6Percentile, limitOf } from '../bench/score.ts'
-import { send, sequence } from '../bench/sequence.ts'
-import { exchange, freshSeededCopy, ROOT, startServer, type Server } from './helpers.ts'
+import { exchange } from '../harness/client.ts'
+import { treeCpu, treeSwitches } from '../harness/proc.ts'
+import { freshSeededCopy } from '../harness/seed.ts'
+import { type Server, startServer } from '../harness/server.ts'
+import { ROOT } from '../harness/tools.ts'
+import { countSyscalls } from './lib.ts'
+import { k6Percentile, limitOf } from './score.ts'
+import { send, sequence } from './sequence.ts'
 
 const hasWrk = spawnSync('which', ['wrk']).status === 0
 const db = freshSeededCopy()
@@ -81,7 +87,7 @@ describe('bench/users.ts', () => {
 
 // What the users holds read of the server over their window (bench/run.ts): every thread's CPU and
 // context switches from /proc, and its syscalls from perf, or why perf could not count them.
-describe('bench/lib.ts', () => {
+describe('harness/proc.ts and bench/lib.ts', () => {
   test('reads a server\'s CPU, context switches and syscalls over a window of requests', async () => {
     const pid = app.child.pid!
     const perf = countSyscalls([pid])

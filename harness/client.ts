@@ -1,0 +1,36 @@
+// A client that speaks bytes: one request on a connection of its own, and what came back, for the tests
+// of the server and of the benchmark's floors alike.
+import { connect } from 'node:net'
+
+export type Answer = { status?: number; headers: Record<string, string>; body: string; bodyBytes: number; raw: string }
+
+// One request, as bytes, on a connection of its own: whatever comes back before the server closes it
+// (or timeoutMs pass), with the head parsed. A whole response with a Content-Length is enough.
+export function exchange(port: number, bytes: Buffer | string, { halfClose = false, timeoutMs = 5_000 } = {}): Promise<Answer> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    const chunks: Buffer[] = []
+    const done = () => {
+      clearTimeout(timer)
+      socket.destroy()
+      const received = Buffer.concat(chunks)
+      const end = received.indexOf('\r\n\r\n')
+      const head = received.subarray(0, end < 0 ? received.length : end).toString('utf8')
+      const body = end < 0 ? Buffer.alloc(0) : received.subarray(end + 4)
+      const status = /^HTTP\/1\.1 (\d{3}) /.exec(head)?.[1]
+      const headers = Object.fromEntries(head.split('\r\n').slice(1).map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]))
+      resolve({ status: status ? Number(status) : undefined, headers, body: body.toString('utf8'), bodyBytes: body.length, raw: received.toString('utf8') })
+    }
+    const timer = setTimeout(done, timeoutMs)
+    socket.on('data', (chunk: Buffer) => {
+      chunks.push(chunk)
+      const received = Buffer.concat(chunks)
+      const end = received.indexOf('\r\n\r\n')
+      const length = /\r\ncontent-length: *(\d+)/i.exec(received.toString('latin1'))?.[1]
+      if (end >= 0 && length !== undefined && received.length >= end + 4 + Number(length)) done()
+    })
+    socket.on('close', done)
+    socket.on('error', () => {})
+    socket.write(bytes, () => halfClose && socket.end())
+  })
+}
