@@ -1,0 +1,28 @@
+// What the kernel says of this machine's TCP sockets on 127.0.0.1 (/proc/net/tcp), for a test that must
+// know a server has done something before it goes on: read what a client sent, or closed its listener.
+// Linux only; sockets of another network namespace (a container's) are not here.
+import { readFileSync } from 'node:fs'
+import type { Socket } from 'node:net'
+
+type TcpSocket = { localPort: number; remotePort: number; state: string; unread: number }
+
+const LISTEN = '0A'
+
+function tcpSockets(): TcpSocket[] {
+  return readFileSync('/proc/net/tcp', 'utf8').trim().split('\n').slice(1).map((line) => {
+    const [, local, remote, state, queues] = line.trim().split(/\s+/)
+    const port = (address: string) => parseInt(address.split(':')[1], 16)
+    return { localPort: port(local), remotePort: port(remote), state, unread: parseInt(queues.split(':')[1], 16) }
+  })
+}
+
+// Whether anything listens on the port.
+export const listensOn = (port: number) => tcpSockets().some((s) => s.localPort === port && s.state === LISTEN)
+
+// Whether the server at the other end of a connected socket has taken in all the client wrote: nothing
+// waits in the client's buffer, and the server's end of the connection holds no byte unread. A Node server parses what it
+// reads in the same turn of its loop, so after this its next turn (a signal's handler) sees it parsed.
+export function serverHasRead(socket: Socket): boolean {
+  const end = tcpSockets().find((s) => s.localPort === socket.remotePort && s.remotePort === socket.localPort)
+  return socket.writableLength === 0 && end !== undefined && end.unread === 0
+}
