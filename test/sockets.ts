@@ -6,6 +6,8 @@ import type { Socket } from 'node:net'
 
 type TcpSocket = { localPort: number; remotePort: number; state: string; unread: number }
 
+const ESTABLISHED = '01'
+const CLOSE_WAIT = '08' // the client closed its end; the server has not yet
 const LISTEN = '0A'
 
 function tcpSockets(): TcpSocket[] {
@@ -18,6 +20,9 @@ function tcpSockets(): TcpSocket[] {
 
 // Whether anything listens on the port.
 export const listensOn = (port: number) => tcpSockets().some((s) => s.localPort === port && s.state === LISTEN)
+
+// How many connections to the port the server still holds: open, or closed by the client only.
+export const heldOn = (port: number) => tcpSockets().filter((s) => s.localPort === port && (s.state === ESTABLISHED || s.state === CLOSE_WAIT)).length
 
 // Whether the server at the other end of a connected socket has taken in all the client wrote: nothing
 // waits in the client's buffer, and the server's end of the connection holds no byte unread. A Node server parses what it
