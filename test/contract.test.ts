@@ -2,14 +2,14 @@
 import assert from 'node:assert/strict'
 import { once } from 'node:events'
 import { existsSync, readFileSync } from 'node:fs'
-import { connect, type Socket } from 'node:net'
+import { connect } from 'node:net'
 import { DatabaseSync } from 'node:sqlite'
 import { after, before, describe, test } from 'node:test'
 import { freshSeededCopy } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
 import { sleep, until, within } from '../harness/time.ts'
 import { contractTests } from './contract.ts'
-import { listensOn, serverHasRead } from './sockets.ts'
+import { listensOn, readToEnd, serverHasRead } from './sockets.ts'
 
 const db = freshSeededCopy()
 let server: Server
@@ -88,13 +88,6 @@ async function stopAcrossARequest(target: Server, path: string, text: string) {
   const row = check.prepare('SELECT count(*) AS n FROM posts WHERE body = ?').get(text)
   check.close()
   assert.equal(row?.n, 1)
-}
-
-// What comes on the socket until the server closes it.
-async function readToEnd(socket: Socket): Promise<string> {
-  let received = ''
-  for await (const chunk of socket) received += chunk
-  return received
 }
 
 describe('stopping', () => {

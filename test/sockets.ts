@@ -1,6 +1,6 @@
-// What the kernel says of this machine's TCP sockets on 127.0.0.1 (/proc/net/tcp), for a test that must
-// know a server has done something before it goes on: read what a client sent, or closed its listener.
-// Linux only; sockets of another network namespace (a container's) are not here.
+// A test's sockets and what the kernel says of a server's (/proc/net/tcp), for a test that must know a
+// server has done something before it goes on: read what a client sent, closed its listener, let its
+// connections go. Linux only; sockets of another network namespace (a container's) are not here.
 import { readFileSync } from 'node:fs'
 import type { Socket } from 'node:net'
 
@@ -30,4 +30,11 @@ export const heldOn = (port: number) => tcpSockets().filter((s) => s.localPort =
 export function serverHasRead(socket: Socket): boolean {
   const end = tcpSockets().find((s) => s.localPort === socket.remotePort && s.remotePort === socket.localPort)
   return socket.writableLength === 0 && end !== undefined && end.unread === 0
+}
+
+// What comes on the socket until the server closes it.
+export async function readToEnd(socket: Socket): Promise<string> {
+  let received = ''
+  for await (const chunk of socket) received += chunk
+  return received
 }
