@@ -25,8 +25,9 @@ export const listensOn = (port: number) => tcpSockets().some((s) => s.localPort 
 export const heldOn = (port: number) => tcpSockets().filter((s) => s.localPort === port && (s.state === ESTABLISHED || s.state === CLOSE_WAIT)).length
 
 // Whether the server at the other end of a connected socket has taken in all the client wrote: nothing
-// waits in the client's buffer, and the server's end of the connection holds no byte unread. A Node server parses what it
-// reads in the same turn of its loop, so after this its next turn (a signal's handler) sees it parsed.
+// waits in the client's buffer, and the server's end of the connection holds no byte unread. A Node
+// server parses what it reads in the same turn of its loop, so its next turn (a signal's handler, say)
+// finds it parsed.
 export function serverHasRead(socket: Socket): boolean {
   const end = tcpSockets().find((s) => s.localPort === socket.remotePort && s.remotePort === socket.localPort)
   return socket.writableLength === 0 && end !== undefined && end.unread === 0
