@@ -10,6 +10,7 @@ import { delimiter, join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { DEFAULT_SECRET, freshSeededCopy } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
+import { within } from '../harness/time.ts'
 import { ROOT } from '../harness/tools.ts'
 import { contractTests } from './contract.ts'
 import { asUser, freePort, runnableByUser, waitHealthy } from './helpers.ts'
@@ -108,7 +109,7 @@ describe('build.sh and start.sh, as the challenge runs them', () => {
   })
 
   after(async () => {
-    await server?.stop('SIGKILL')
+    if (server) await within(server.stop('SIGKILL'), 15_000, 'the server to exit on SIGKILL')
     db.remove()
   })
 
@@ -135,6 +136,6 @@ describe('build.sh and start.sh, as the challenge runs them', () => {
   })
 
   test('start.sh hands SIGTERM to node, which exits 0', async () => {
-    assert.equal(await server.stop('SIGTERM'), 0)
+    assert.equal(await within(server.stop('SIGTERM'), 15_000, 'node under start.sh to exit on SIGTERM'), 0)
   })
 })

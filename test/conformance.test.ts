@@ -19,6 +19,7 @@ import { connect } from 'node:net'
 import { after, before, describe, test, type TestContext } from 'node:test'
 import { exchange } from '../harness/client.ts'
 import { type Server, startServer } from '../harness/server.ts'
+import { holdsWithin } from '../harness/time.ts'
 import { ROOT } from '../harness/tools.ts'
 import { MAX_BODY_BYTES } from '../app.ts'
 import { CHUNKED, ChunkedBody, readHead } from '../server/http1.ts'
@@ -153,18 +154,13 @@ async function converse(port: number, run: Run): Promise<Conversation> {
   const segments = [0, ...run.cuts, run.bytes.length]
   for (let i = 0; i + 1 < segments.length && !closed; i++) {
     socket.write(run.bytes.subarray(segments[i], segments[i + 1]))
-    if (i + 2 < segments.length) await until(() => closed || replies().length > i, ANSWER_WAIT_MS)
+    if (i + 2 < segments.length) await holdsWithin(() => closed || replies().length > i, ANSWER_WAIT_MS)
   }
   if (run.finish && !closed) socket.end()
   const promised = run.cuts.length + (run.last === 'complete' ? 1 : 0)
-  await until(() => closed || (run.last === 'complete' && replies().length >= promised && performance.now() - lastData > QUIET_MS), ANSWER_WAIT_MS)
+  await holdsWithin(() => closed || (run.last === 'complete' && replies().length >= promised && performance.now() - lastData > QUIET_MS), ANSWER_WAIT_MS)
   socket.destroy()
   return { replies: readReplies(received, true), closed }
-}
-
-async function until(condition: () => boolean, timeoutMs: number) {
-  const deadline = performance.now() + timeoutMs
-  while (!condition() && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10))
 }
 
 // The whole answers in what a server sent, interim (1xx) ones left out. An answer to HEAD has a

@@ -9,9 +9,11 @@ import { connect } from 'node:net'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import type { Token } from '../harness/seed.ts'
+import { sleep, within } from '../harness/time.ts'
 import { ROOT } from '../harness/tools.ts'
 import { contractTests } from './contract.ts'
 import { describeNeeding, freePort, waitHealthy } from './helpers.ts'
+import { readToEnd } from './sockets.ts'
 
 type Instruction = { keyword: string; args: string }
 
@@ -199,18 +201,20 @@ describeNeeding(engine, 'the image, built and run by a real Docker engine as the
     // A request half sent when the stop comes, completed after it.
     const body = JSON.stringify({ body: 'sent across docker stop' })
     const socket = connect(port, '127.0.0.1')
-    await once(socket, 'connect')
+    await within(once(socket, 'connect'), 5_000, 'the connection to the container')
     socket.write(`POST /posts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${tokens[5].token}\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 10)}`)
-    await new Promise((resolve) => setTimeout(resolve, 1_000))
+    // The server's sockets are in the container's network namespace, behind Docker's proxy: nothing here
+    // sees it read the bytes or take the signal (test/sockets.ts cannot), so each is given time.
+    await sleep(1_000)
     stopAt = performance.now()
     // Docker sends SIGTERM, and SIGKILL after 2 s: exit code 0 means node stopped by itself within 2 s.
     const stop = spawn('docker', ['stop', '--time', '2', name])
-    await new Promise((resolve) => setTimeout(resolve, 300))
+    const stopped = once(stop, 'exit')
+    await sleep(300)
     socket.end(body.slice(10))
-    let response = ''
-    for await (const chunk of socket) response += chunk
-    await once(stop, 'exit')
-    await Promise.all(load)
+    const response = await within(readToEnd(socket), 15_000, 'the answer to the request sent across the stop')
+    await within(stopped, 15_000, 'docker stop to exit')
+    await within(Promise.all(load), 15_000, 'the load to end')
     assert.match(response, /^HTTP\/1.1 201 Created\r\n/)
     assert.deepEqual(early, [], 'no request sent before the stop failed')
     assert.deepEqual([...statuses.keys()].filter((s) => s !== 200 && s !== 201), [])

@@ -7,8 +7,9 @@ import { DatabaseSync } from 'node:sqlite'
 import { after, before, describe, test } from 'node:test'
 import { freshSeededCopy } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
-import { until } from '../harness/time.ts'
+import { sleep, until, within } from '../harness/time.ts'
 import { contractTests } from './contract.ts'
+import { listensOn, readToEnd, serverHasRead } from './sockets.ts'
 
 const db = freshSeededCopy()
 let server: Server
@@ -18,7 +19,7 @@ before(async () => {
 })
 
 after(async () => {
-  await server.stop()
+  await within(server.stop(), 15_000, 'the server to exit on SIGTERM')
   db.remove()
 })
 
@@ -67,20 +68,21 @@ const token = (i: number) => db.tokens[i].token
 // of the request: it must still be served and committed, and the server exit 0 with the WAL merged.
 async function stopAcrossARequest(target: Server, path: string, text: string) {
   const body = JSON.stringify({ body: text })
-  const socket = connect(Number(new URL(target.url).port), '127.0.0.1')
-  await once(socket, 'connect')
+  const port = Number(new URL(target.url).port)
+  const socket = connect(port, '127.0.0.1')
+  await within(once(socket, 'connect'), 5_000, 'the connection to the server')
   socket.write(`POST /posts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token(5)}\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 10)}`)
-  await new Promise((resolve) => setTimeout(resolve, 200))
+  await until(() => serverHasRead(socket), 5_000, 'the server to read the first part of the request')
   const exited = target.stop('SIGTERM')
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  await until(() => !listensOn(port), 5_000, 'the server to close its listener on SIGTERM')
   target.child.kill('SIGINT')
   target.child.kill('SIGTERM')
-  await new Promise((resolve) => setTimeout(resolve, 100))
+  // Signals that change nothing leave nothing to wait for: 100 ms lets them reach the server first.
+  await sleep(100)
   socket.end(body.slice(10))
-  let response = ''
-  for await (const chunk of socket) response += chunk
+  const response = await within(readToEnd(socket), 15_000, 'the answer to the request sent across the stop')
   assert.match(response, /^HTTP\/1.1 201 Created\r\n/)
-  assert.equal(await exited, 0)
+  assert.equal(await within(exited, 15_000, 'the server to exit after SIGTERM'), 0)
   assert.equal(existsSync(`${path}-wal`), false, 'the WAL was checkpointed into the database')
   const check = new DatabaseSync(path, { readOnly: true })
   const row = check.prepare('SELECT count(*) AS n FROM posts WHERE body = ?').get(text)

@@ -13,7 +13,7 @@ import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { DEFAULT_SECRET } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
-import { sleep } from '../harness/time.ts'
+import { sleep, within } from '../harness/time.ts'
 import { errorBody, MAX_BODY_BYTES } from '../app.ts'
 import { REFUSALS } from '../server/api-server.ts'
 import { CHUNKED, ChunkedBody, readHead, type Head, type Progress, type Refusal } from '../server/http1.ts'
@@ -549,7 +549,7 @@ describe('differential fuzzing: ours (node:net) against today\'s (node:http) and
   let three: Three
   before(async () => (three = await startThree(db)))
   after(async () => {
-    await Promise.all(Object.values(three?.servers ?? {}).map((server) => server.stop()))
+    await within(Promise.all(Object.values(three?.servers ?? {}).map((server) => server.stop())), 15_000, 'the three servers to exit on SIGTERM')
     db.remove()
   })
 
@@ -610,11 +610,11 @@ describe('a regression the fuzzing found, over capacity', { timeout: 30_000 }, (
     const full = await startServer(process.execPath, ['--experimental-import-text', '--disable-warning=ExperimentalWarning', '--input-type=module', '-e', OVER_CAPACITY], { env: {} })
     try {
       const answer = await send(Number(new URL(full.url).port), fixedCase(0, 'over capacity', 'GET /feed HTTP/1.1\r\nHost: t:99999\r\n\r\n', ['GET']))
-      await sleep(100)
+      await sleep(100) // an exception that ends the process shows by then: the time is the test
       assert.equal(full.child.exitCode, null, `the server ended: ${full.output().slice(-300)}`)
       assert.equal(firstAnswer(answer)?.status, 400, answer.raw.toString('latin1'))
     } finally {
-      await full.stop()
+      await within(full.stop(), 15_000, 'the server to exit on SIGTERM')
     }
   })
 })

@@ -11,6 +11,7 @@ import { exchange } from '../harness/client.ts'
 import { startS3rver } from '../harness/s3.ts'
 import { freshSeededCopy, type Token } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
+import { sleep, within } from '../harness/time.ts'
 import { NO_LITESTREAM } from '../harness/tools.ts'
 import { contractTests, goldenTests } from './contract.ts'
 import { clusterLoad, describeNeeding, freePort, post } from './helpers.ts'
@@ -88,7 +89,7 @@ for (const store of ['a file replica', 's3rver'] as const) {
         const start = performance.now()
         let now = before
         while (now === before && performance.now() < start + 20_000) {
-          await new Promise((resolve) => setTimeout(resolve, 50))
+          await sleep(50)
           now = await count()
         }
         lags.push(Math.round(performance.now() - start))
@@ -150,7 +151,7 @@ for (const store of ['a file replica', 's3rver'] as const) {
     })
 
     test("the primary stopped: followers serve reads, writes are 503, and both work again once it is back", async () => {
-      assert.equal(await nodes[0].stop(), 0)
+      assert.equal(await within(nodes[0].stop(), 15_000, 'the primary to exit on SIGTERM'), 0)
       for (const i of [1, 2]) {
         assert.equal((await fetch(`${url(i)}/posts/1`)).status, 200)
         assert.equal((await fetch(`${url(i)}/feed`)).status, 200)
@@ -172,12 +173,13 @@ for (const store of ['a file replica', 's3rver'] as const) {
     // and has every write acknowledged anywhere.
     test('SIGKILL to a follower under load: no wrong answer, and after its restart it has every acknowledged write', async () => {
       const { acknowledged, wrong, stop } = clusterLoad(url, tokens, { writers: [0, 0, 1, 2, 2], readsOn: 2, timeoutMs: 10_000 })
+      // The load runs 3 s before the kill and 1 s after it: those are its spans, not an order.
       try {
-        await new Promise((resolve) => setTimeout(resolve, 3_000))
+        await sleep(3_000)
         await killEverything(nodes[2].child.pid!)
       } finally {
-        await new Promise((resolve) => setTimeout(resolve, 1_000))
-        await stop()
+        await sleep(1_000)
+        await within(stop(), 30_000, 'the load to end')
       }
       assert.deepEqual(wrong, [])
       assert.ok(acknowledged.length > 20, `only ${acknowledged.length} writes acknowledged`)
@@ -188,7 +190,7 @@ for (const store of ['a file replica', 's3rver'] as const) {
       for (const { id, text } of acknowledged) {
         let got = ''
         do got = await (await fetch(`${url(2)}/posts/${id}`)).text()
-        while (got !== text && performance.now() < deadline && (await new Promise((resolve) => setTimeout(resolve, 50, true))))
+        while (got !== text && performance.now() < deadline && (await sleep(50).then(() => true)))
         assert.equal(got, text, `post ${id} on c after its restart`)
       }
       assert.equal((await post(url(2), '/posts', tokens[16_000].token, { body: 'c is back' })).status, 201)
@@ -205,14 +207,15 @@ for (const store of ['a file replica', 's3rver'] as const) {
         }
       })()
       let d: Server | undefined
+      // The primary writes for 500 ms before d starts and 500 ms after: spans of the writes, not an order.
       try {
-        await new Promise((resolve) => setTimeout(resolve, 500))
+        await sleep(500)
         d = await startFollower('d')
         nodes.push(d)
       } finally {
-        await new Promise((resolve) => setTimeout(resolve, 500))
+        await sleep(500)
         writing = false
-        await stream
+        await within(stream, 15_000, 'the writes on the primary to end')
       }
       assert.ok(acknowledged.length > 20, `only ${acknowledged.length} writes on the primary`)
       // A write on d waits until d holds it, and so everything the primary committed before it.

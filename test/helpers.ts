@@ -12,7 +12,7 @@ import { describe, test, type TestOptions } from 'node:test'
 import { sign } from 'hono/jwt'
 import { exchange } from '../harness/client.ts'
 import { DEFAULT_SECRET, type Token } from '../harness/seed.ts'
-import { sleep } from '../harness/time.ts'
+import { holdsWithin, sleep, within } from '../harness/time.ts'
 import { ROOT } from '../harness/tools.ts'
 
 // A describe whose tests need what this machine may lack (Litestream, Docker, k6, a corpus): where
@@ -29,7 +29,7 @@ export async function waitHealthy(url: string, timeoutMs: number): Promise<numbe
   while (performance.now() - started < timeoutMs) {
     const ok = await fetch(`${url}/health`).then((r) => r.ok, () => false)
     if (ok) return (performance.now() - started) / 1000
-    await new Promise((resolve) => setTimeout(resolve, 100))
+    await sleep(100)
   }
   throw new Error(`${url}/health was not 200 within ${timeoutMs / 1000} s`)
 }
@@ -75,22 +75,18 @@ export async function pipeliningAttacker(port: number, attack: Attack) {
   })
   const exited = once(child, 'exit')
   const event = async (name: string, timeoutMs: number) => {
-    const until = performance.now() + timeoutMs
-    while (!events.some((e) => e.event === name)) {
-      if (child.exitCode !== null || performance.now() > until) {
-        child.kill('SIGKILL')
-        throw new Error(`the attacker did not say "${name}" (exit ${child.exitCode}): ${JSON.stringify(events)}`)
-      }
-      await sleep(20)
-    }
-    return events.find((e) => e.event === name)!
+    const said = () => events.find((e) => e.event === name)
+    await holdsWithin(() => said() !== undefined || child.exitCode !== null, timeoutMs)
+    if (said()) return said()!
+    child.kill('SIGKILL')
+    throw new Error(`the attacker did not say "${name}" within ${timeoutMs / 1000} s (exit ${child.exitCode}): ${JSON.stringify(events)}`)
   }
   await event('connected', 30_000)
   return {
     go: async (): Promise<{ connections: number; open: number; requests: number }> => {
       child.stdin.end('go\n')
       const done = await event('done', (attack.seconds + 30) * 1000)
-      await exited
+      await within(exited, 10_000, 'the attacker to exit after its report')
       return done as any
     },
   }

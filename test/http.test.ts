@@ -7,6 +7,7 @@ import { after, before, describe, test } from 'node:test'
 import { type Answer, exchange } from '../harness/client.ts'
 import { DEFAULT_SECRET } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
+import { within } from '../harness/time.ts'
 import { smallDatabase } from './helpers.ts'
 
 const db = smallDatabase()
@@ -29,7 +30,7 @@ before(async () => {
 })
 
 after(async () => {
-  await server.stop()
+  await within(server.stop(), 15_000, 'the server to exit on SIGTERM')
   db.remove()
 })
 

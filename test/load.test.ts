@@ -10,6 +10,7 @@ import { pathToFileURL } from 'node:url'
 import { after, before, describe, test } from 'node:test'
 import { freshSeededCopy } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
+import { within } from '../harness/time.ts'
 import { K6_BIN, ROOT } from '../harness/tools.ts'
 import { describeNeeding } from './helpers.ts'
 
@@ -30,7 +31,7 @@ before(async () => {
   k6Globals.open = (path: string) => (path === db.path.replace('feed.db', 'tokens.json') ? JSON.stringify(db.tokens) : assert.fail(`opened ${path}`))
 })
 after(async () => {
-  await server.stop()
+  await within(server.stop(), 15_000, 'the server to exit on SIGTERM')
   db.remove()
 })
 

@@ -7,8 +7,9 @@ import { once } from 'node:events'
 import { connect, type Socket } from 'node:net'
 import type { AddressInfo } from 'node:net'
 import { after, test } from 'node:test'
-import { sleep, until } from '../harness/time.ts'
+import { sleep, until, within } from '../harness/time.ts'
 import { smallDatabase } from './helpers.ts'
+import { serverHasRead } from './sockets.ts'
 
 const db = smallDatabase()
 process.env.SQLITE_PATH = db.path
@@ -42,14 +43,14 @@ after(() => {
 async function opened(request = 'GET /posts/1 HTTP/1.1\r\nHost: x\r\n\r\n', answer = /"post"/): Promise<Socket & { text: string }> {
   const socket = Object.assign(connect(port, '127.0.0.1'), { text: '' })
   socket.setEncoding('utf8').on('data', (chunk) => (socket.text += chunk)).on('error', () => {})
-  await once(socket, 'connect', { signal: AbortSignal.timeout(5_000) })
+  await within(once(socket, 'connect'), 5_000, 'the connection')
   socket.write(request)
   if (request.endsWith('\r\n\r\n')) await until(() => answer.test(socket.text), 5_000, 'an answer')
   return socket
 }
 
 // Resolves once the socket has closed, if it has not already.
-const whenClosed = (socket: Socket) => (socket.closed ? Promise.resolve() : once(socket, 'close', { signal: AbortSignal.timeout(5_000) }))
+const whenClosed = (socket: Socket) => (socket.closed ? Promise.resolve() : within(once(socket, 'close'), 5_000, 'the server to close the connection'))
 
 test('short of memory: refuses new connections, closes idle ones oldest first, never one under way; then takes them again', async () => {
   const idle: (Socket & { text: string })[] = []
@@ -57,7 +58,7 @@ test('short of memory: refuses new connections, closes idle ones oldest first, n
   // A request whose body is on its way, and one whose headers are.
   const writing = await opened(`POST /posts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${await db.tokenFor(1)}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"bo`)
   const asking = await opened('GET /posts/1 HTTP/1.1\r\nHo')
-  await sleep(300)
+  await until(() => serverHasRead(writing) && serverHasRead(asking), 2_000, 'the server to read the two requests begun')
   assert.ok([...idle, writing, asking].every((s) => !s.destroyed))
 
   used = 920 // 80 MiB free: taking no more than it holds
@@ -78,6 +79,8 @@ test('short of memory: refuses new connections, closes idle ones oldest first, n
   used = 960 // 40 MiB free: closing idle connections, 5% of those held at each look (one of ten here)
   await until(() => idle.filter((s) => s.destroyed).length >= 3, 3_000, 'three idle connections closed')
   used = 920
+  // Two of the guard's looks (every 250 ms) at 920, so that what it closed is all it closes: a look
+  // that closes nothing leaves nothing to wait for.
   await sleep(600)
   const closed = idle.map((s) => s.destroyed)
   const count = closed.filter(Boolean).length

@@ -7,12 +7,14 @@
 //     trickle: each connection sends one more every --every ms for --seconds, as a reader too slow to
 //     take one feed before it asks for the next (the --depth first, 1 by default)
 //
-// Connects every connection, prints {"event":"connected"} and waits for a line on stdin; then sends,
+// Connects every connection, prints {"event":"connected"} and waits for a line on stdin (for 120 s at
+// most: a test that failed before its go would otherwise wait on this process for ever); then sends,
 // and after --seconds reads whatever each connection still holds and prints {"event":"done","open":n,...}:
 // n connections that the server had not closed.
 import { once } from 'node:events'
 import { connect, type Socket } from 'node:net'
 import { parseArgs } from 'node:util'
+import { holdsWithin, sleep, within } from '../harness/time.ts'
 
 const { values: opts } = parseArgs({
   options: {
@@ -40,7 +42,7 @@ const attackers: Attacker[] = await Promise.all(
   }),
 )
 print({ event: 'connected' })
-await once(process.stdin, 'data')
+await within(once(process.stdin, 'data'), 120_000, 'the test\'s go')
 for (const a of attackers) {
   a.socket.write(burst)
   a.sent += Number(opts.depth)
@@ -60,12 +62,11 @@ const trickle = opts.every
       }
     }, Number(opts.every))
   : undefined
-await new Promise((resolve) => setTimeout(resolve, Number(opts.seconds) * 1000))
+await sleep(Number(opts.seconds) * 1000) // how long the attack lasts
 clearInterval(trickle)
 
 // A paused socket does not see the server's close: read now, and give each a moment to see it.
 for (const a of attackers) a.socket.resume().on('data', () => {})
-const until = performance.now() + 2_000
-while (attackers.some((a) => !a.closed) && performance.now() < until) await new Promise((resolve) => setTimeout(resolve, 50))
+await holdsWithin(() => attackers.every((a) => a.closed), 2_000)
 print({ event: 'done', connections: attackers.length, open: attackers.filter((a) => !a.closed).length, requests: attackers.reduce((sum, a) => sum + a.sent, 0) })
 for (const a of attackers) a.socket.destroy()

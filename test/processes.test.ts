@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test'
 import { isRunning, processTree } from '../harness/proc.ts'
 import { freshSeededCopy } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
-import { until } from '../harness/time.ts'
+import { until, within } from '../harness/time.ts'
 import { ROOT } from '../harness/tools.ts'
 
 const db = freshSeededCopy()
@@ -48,9 +48,9 @@ async function users(url: string, connections: number, serverPid: number) {
 async function openConnections(port: number, count: number): Promise<Socket[]> {
   return Promise.all(Array.from({ length: count }, async () => {
     const socket = connect(port, '127.0.0.1').on('error', () => {}) // those of a process killed: reset
-    await once(socket, 'connect', { signal: AbortSignal.timeout(30_000) })
+    await within(once(socket, 'connect'), 30_000, 'a connection accepted')
     socket.write('GET /posts/1 HTTP/1.1\r\nHost: x\r\n\r\n')
-    const [answer] = await once(socket, 'data', { signal: AbortSignal.timeout(30_000) })
+    const [answer] = await within(once(socket, 'data'), 30_000, 'the answer on a new connection')
     assert.match(String(answer), /^HTTP\/1.1 200 OK/)
     return socket
   }))
@@ -65,7 +65,7 @@ async function stillServe(kept: Socket[], more: Socket[]) {
   assert.ok(survivors.length >= 900, `${survivors.length} of the first process's connections still open`)
   for (const socket of [...survivors.slice(0, 50), ...more.slice(-50)]) {
     socket.write('GET /posts/2 HTTP/1.1\r\nHost: x\r\n\r\n')
-    const [answer] = await once(socket, 'data', { signal: AbortSignal.timeout(30_000) })
+    const [answer] = await within(once(socket, 'data'), 30_000, 'the answer on a connection kept open')
     assert.match(String(answer), /^HTTP\/1.1 200 OK/)
   }
   for (const socket of [...kept, ...more]) socket.destroy()
@@ -86,7 +86,7 @@ describe('more connections than one process has files for', () => {
       // 3,000 connections over about 930 a process, and the next one started.
       assert.ok(processes.length >= 4, `${processes.length} processes`)
       assert.match(server.output(), /process \d+ is full \(\d+ connections, 1024 open files at most\): the next takes new ones/)
-      assert.equal(await server.stop('SIGTERM'), 0)
+      assert.equal(await within(server.stop('SIGTERM'), 30_000, 'the first process to exit on SIGTERM'), 0)
       await until(() => !processes.some(isRunning), 15_000, 'every process to exit')
       server = await start(1024)
     })
@@ -98,7 +98,10 @@ describe('more connections than one process has files for', () => {
       server = await start(1024)
       const port = Number(new URL(server.url).port)
       const kept = await openConnections(port, 1500)
-      const taking = Number(/process (\d+) takes new connections/.exec(server.output())![1])
+      // Its line comes down the pipe, which this process may read after the answers it gave.
+      const takes = /process (\d+) takes new connections/
+      await until(() => takes.test(server.output()), 10_000, 'a helper to say it takes new connections')
+      const taking = Number(takes.exec(server.output())![1])
       await until(() => processTree(server.child.pid!).length === 3, 10_000, 'the successor to start')
       const successor = processTree(server.child.pid!).find((pid) => pid !== server.child.pid && pid !== taking)!
       return { port, kept, taking, successor }
@@ -135,7 +138,7 @@ describe('more connections than one process has files for', () => {
         assert.deepEqual(processes, [server.child.pid])
         assert.doesNotMatch(server.output(), /is full|takes new connections/)
       } finally {
-        await server.stop()
+        await within(server.stop(), 30_000, 'the server to exit on SIGTERM')
       }
     })
   })
@@ -157,7 +160,7 @@ describe('more connections than one process has files for', () => {
         for (const helper of helpers) assert.match(script(helper) ?? '', /\/dist\/app\.js$/)
         assert.deepEqual(seedLines(server.output()), [`seed: ${db.path} exists, serving it as it is`])
         for (const socket of sockets) socket.destroy()
-        assert.equal(await server.stop('SIGTERM'), 0)
+        assert.equal(await within(server.stop('SIGTERM'), 30_000, 'the server to exit on SIGTERM'), 0)
       } finally {
         server.child.kill('SIGKILL')
       }
@@ -173,7 +176,7 @@ describe('more connections than one process has files for', () => {
         for (const worker of workers) assert.match(script(worker) ?? '', /\/dist\/app\.js$/)
         assert.deepEqual(seedLines(server.output()), [`seed: ${db.path} exists, serving it as it is`])
         assert.equal((await fetch(`${server.url}/posts/1`)).status, 200)
-        assert.equal(await server.stop('SIGTERM'), 0)
+        assert.equal(await within(server.stop('SIGTERM'), 30_000, 'the server to exit on SIGTERM'), 0)
       } finally {
         server.child.kill('SIGKILL')
       }

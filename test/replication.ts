@@ -6,7 +6,7 @@ import { createRequire } from 'node:module'
 import { DatabaseSync } from 'node:sqlite'
 import { processTree } from '../harness/proc.ts'
 import type { Token } from '../harness/seed.ts'
-import { sleep } from '../harness/time.ts'
+import { sleep, within } from '../harness/time.ts'
 import { LITESTREAM } from '../harness/tools.ts'
 
 // Litestream 0.5.17 or later (harness/tools.ts finds it); start.ts is given the same one. Without it
@@ -45,7 +45,8 @@ export type Write = { at: number; ms: number } & ({ kind: 'post'; id: number; bo
 
 // Lanes of concurrent writes until stop(), each creating a post and then liking it as another user,
 // so the group commit always has company, pausing pauseMs after each pair. Every 201 is kept with the
-// time it arrived and how long it took; any other answer is an error. A lane ends when the server is gone.
+// time it arrived and how long it took; any other answer is an error. A lane ends when the server is
+// gone; stop() fails when the lanes have not ended 30 s after it.
 export function writeStream(url: string, tokens: Token[], label: string, { lanes = 16, pauseMs = 0 } = {}) {
   const acknowledged: Write[] = []
   const errors: string[] = []
@@ -81,7 +82,7 @@ export function writeStream(url: string, tokens: Token[], label: string, { lanes
     done,
     stop: () => {
       running = false
-      return done
+      return within(done, 30_000, `the writes of ${label} to end`)
     },
   }
 }

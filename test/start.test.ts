@@ -7,7 +7,7 @@ import { chmodSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import { startServer } from '../harness/server.ts'
-import { sleep } from '../harness/time.ts'
+import { sleep, within } from '../harness/time.ts'
 import { NO_LITESTREAM, ROOT } from '../harness/tools.ts'
 import { describeNeeding, smallDatabase } from './helpers.ts'
 import { LITESTREAM_ENV, notIn, restoreByHand } from './replication.ts'
@@ -131,12 +131,12 @@ describe('npm start with LITESTREAM_REPLICA_URL', () => {
         const deadline = performance.now() + 10_000
         while (!holds() && performance.now() < deadline) await sleep(200)
         assert.ok(holds(), 'the replica held the write within 10 s')
-        await sleep(1_500) // the server asks Litestream once a second
+        await sleep(1_500) // the server asks Litestream once a second: /health after its next question
         const after = (await (await fetch(`${server.url}/health`, { signal: AbortSignal.timeout(5_000) })).json()).replica
         assert.equal(after.state, 'ok')
         assert.ok(after.behind_ms < 3_000, `the replica took what was new ${after.behind_ms} ms ago`)
       } finally {
-        assert.equal(await server.stop(), 0, server.output())
+        assert.equal(await within(server.stop(), 15_000, 'Litestream and the server to exit on SIGTERM'), 0, server.output())
       }
     })
   })

@@ -8,6 +8,7 @@ import { basename, dirname, join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { DEFAULT_SECRET, freshSeededCopy } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
+import { within } from '../harness/time.ts'
 import { ROOT } from '../harness/tools.ts'
 import { contractTests } from './contract.ts'
 import { post } from './helpers.ts'
@@ -48,7 +49,7 @@ describe('app.ts as a starter, copied as the README says', { timeout: 180_000 },
   })
 
   after(async () => {
-    await server?.stop()
+    if (server) await within(server.stop(), 15_000, 'the server to exit on SIGTERM')
     db.remove()
     rmSync(folder, { recursive: true, force: true })
   })
@@ -76,6 +77,6 @@ describe('app.ts as a starter, copied as the README says', { timeout: 180_000 },
   contractTests(() => ({ url: server.url, tokens: db.tokens }))
 
   test('SIGTERM stops it with exit 0', async () => {
-    assert.equal(await server.stop('SIGTERM'), 0)
+    assert.equal(await within(server.stop('SIGTERM'), 15_000, 'the server to exit on SIGTERM'), 0)
   })
 })

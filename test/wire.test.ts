@@ -7,9 +7,10 @@ import { connect, type AddressInfo, type Socket } from 'node:net'
 import { after, before, describe, test } from 'node:test'
 import { Hono } from 'hono'
 import { exchange } from '../harness/client.ts'
-import { until } from '../harness/time.ts'
+import { sleep, until, within } from '../harness/time.ts'
 import { createWireServer } from '../server/wire.ts'
 
+let slowStarted = 0 // requests that reached /slow's handler
 let aborted = 0
 const app = new Hono()
 app.get('/stream', () => new Response(new ReadableStream({ start: (c) => (c.enqueue(new TextEncoder().encode('one,')), c.enqueue(new TextEncoder().encode('two')), c.close()) })))
@@ -20,6 +21,7 @@ app.get('/bytes', () => new Response(new Uint8Array([104, 105])))
 app.post('/echo', async (c) => c.text(await c.req.text()))
 app.post('/form', async (c) => c.json(Object.fromEntries(await c.req.formData())))
 app.get('/slow', (c) => new Promise<Response>((resolve) => {
+  slowStarted++
   c.req.raw.signal.addEventListener('abort', () => aborted++)
   setTimeout(() => resolve(c.text('late')), 300)
 }))
@@ -47,10 +49,11 @@ function conversation(pieces: string[], { gapMs = 5, timeoutMs = 3_000 } = {}): 
     }
     const timer = setTimeout(() => done(false), timeoutMs)
     socket.setEncoding('latin1').on('data', (chunk) => (text += chunk)).on('close', () => done(true)).on('error', () => {})
+    // gapMs apart, so that each piece comes to the server as a read of its own: the gap is the test.
     socket.once('connect', async () => {
       for (const piece of pieces) {
         socket.write(piece, 'latin1')
-        await new Promise((r) => setTimeout(r, gapMs))
+        await sleep(gapMs)
       }
     })
   })
@@ -134,9 +137,10 @@ describe('requests', () => {
 
   test('a client that resets its connection before its answer aborts the request\'s signal', async () => {
     const socket = connect(port, '127.0.0.1')
-    await once(socket, 'connect')
+    await within(once(socket, 'connect'), 2_000, 'the connection')
+    const startedBefore = slowStarted
     socket.write('GET /slow HTTP/1.1\r\nHost: t\r\n\r\n')
-    await new Promise((r) => setTimeout(r, 50))
+    await until(() => slowStarted === startedBefore + 1, 2_000, 'the request to reach its handler')
     const abortedBefore = aborted
     socket.resetAndDestroy()
     await until(() => aborted === abortedBefore + 1, 2_000, 'the signal to abort')

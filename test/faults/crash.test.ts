@@ -6,6 +6,7 @@ import { DatabaseSync } from 'node:sqlite'
 import { after, describe, test } from 'node:test'
 import { freshSeededCopy } from '../../harness/seed.ts'
 import { startServer } from '../../harness/server.ts'
+import { within } from '../../harness/time.ts'
 
 const KILLS = 5
 const LANES = 32
@@ -51,8 +52,10 @@ describe('SIGKILL in the middle of a stream of writes', () => {
           }
         }
       }
-      await Promise.all(Array.from({ length: LANES }, (_, n) => lane(n)))
-      await exited
+      // A server that stops acknowledging is killed at the deadline, which ends the lanes too.
+      await within(Promise.all(Array.from({ length: LANES }, (_, n) => lane(n))), 60_000, `${killAfter} acknowledged writes, then the kill`)
+        .finally(() => server.child.kill('SIGKILL'))
+      await within(exited, 10_000, 'the killed server to exit')
 
       // What the crash left: every acknowledged write, in a file that checks out. quick_check reads
       // every page (0.6 s on the seed); integrity_check also matches each index to its table (7 s), so
@@ -77,7 +80,7 @@ describe('SIGKILL in the middle of a stream of writes', () => {
       const last = created.at(-1)!
       assert.equal((await (await fetch(`${server.url}/posts/${last.id}`)).json()).post.body, last.body)
     } finally {
-      assert.equal(await server.stop(), 0)
+      assert.equal(await within(server.stop(), 15_000, 'the server to exit on SIGTERM'), 0)
     }
   })
 })

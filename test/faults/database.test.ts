@@ -9,6 +9,7 @@ import { DatabaseSync } from 'node:sqlite'
 import { after, describe, test } from 'node:test'
 import { DEFAULT_SECRET } from '../../harness/seed.ts'
 import { type Server, startServer } from '../../harness/server.ts'
+import { sleep, within } from '../../harness/time.ts'
 import { asUser, giveTo, runnableByUser, smallDatabase } from '../helpers.ts'
 
 type Small = ReturnType<typeof smallDatabase>
@@ -24,7 +25,7 @@ function scenario() {
   const db = smallDatabase()
   let server: Server | undefined
   after(async () => {
-    await server?.stop()
+    if (server) await within(server.stop(), 15_000, 'the server to exit on SIGTERM')
     db.remove()
   })
   return { db, start: async () => (server = await serve(db)) }
@@ -53,7 +54,7 @@ async function expectHealthy(server: Server, db: Small) {
   let status = 0
   while (status !== 200 && performance.now() < until) {
     status = (await fetch(`${server.url}/health`)).status
-    if (status !== 200) await new Promise((resolve) => setTimeout(resolve, 100))
+    if (status !== 200) await sleep(100)
   }
   assert.equal(status, 200, '/health did not recover within 5 s')
   assert.equal((await create(server, db, 'after the fault')).status, 201)
@@ -97,7 +98,7 @@ describe('the disk is full', () => {
   const db = smallDatabase()
 
   after(async () => {
-    await server?.stop()
+    if (server) await within(server.stop(), 15_000, 'the server to exit on SIGTERM')
     if (mounted) spawnSync('umount', [mount])
     rmSync(mount, { recursive: true, force: true })
     db.remove()
@@ -203,7 +204,9 @@ describe('another process holds every lock on the file when the server starts', 
     giveTo(asUser, db.dir)
     const { node, app } = runnableByUser()
     const starting = startServer(node, [app], { env: { SQLITE_PATH: db.path, JWT_SECRET: DEFAULT_SECRET }, ...asUser })
-    await new Promise((resolve) => setTimeout(resolve, 1_500))
+    // The start's "is locked" line comes on stdout, which startServer hands over only once the server
+    // listens: nothing to wait for before the release, so the start is given 1.5 s to meet the lock.
+    await sleep(1_500)
     release()
     const server = await starting
     try {
@@ -211,7 +214,7 @@ describe('another process holds every lock on the file when the server starts', 
       assert.match(server.output(), /is free after \d+\.\d s/)
       await expectHealthy(server, db)
     } finally {
-      await server.stop()
+      await within(server.stop(), 15_000, 'the server to exit on SIGTERM')
     }
   })
 
@@ -230,6 +233,6 @@ describe('another process holds every lock on the file when the server starts', 
       release()
     }
     await expectHealthy(server, db)
-    await server.stop()
+    await within(server.stop(), 15_000, 'the server to exit on SIGTERM')
   })
 })

@@ -5,8 +5,9 @@ import assert from 'node:assert/strict'
 import { connect } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { type Server, startServer } from '../../harness/server.ts'
-import { sleep, until } from '../../harness/time.ts'
+import { sleep, until, within } from '../../harness/time.ts'
 import { smallDatabase } from '../helpers.ts'
+import { heldOn } from '../sockets.ts'
 
 const LIMIT = 256
 
@@ -57,11 +58,11 @@ describe('more connections than the open-file limit of WORKERS=1', () => {
     assert.match(again, /^HTTP\/1.1 200/)
 
     for (const { socket } of outcomes) socket.destroy()
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    await until(() => heldOn(port) === 0, 5_000, 'the server to close the connections the client closed')
     const health = await fetch(`${server.url}/health`)
     assert.equal(health.status, 200)
     assert.equal((await fetch(`${server.url}/feed`)).status, 200)
     assert.ok(server.output().length < 10_000, `the log stays short:\n${server.output().slice(0, 2_000)}`)
-    assert.equal(await server.stop(), 0)
+    assert.equal(await within(server.stop(), 15_000, 'the server to exit on SIGTERM'), 0)
   })
 })

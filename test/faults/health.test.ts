@@ -6,7 +6,7 @@ import { join } from 'node:path'
 import { after, describe, test, type TestContext } from 'node:test'
 import type { Token } from '../../harness/seed.ts'
 import { type Server, startServer } from '../../harness/server.ts'
-import { sleep, until } from '../../harness/time.ts'
+import { sleep, until, within } from '../../harness/time.ts'
 import { NO_LITESTREAM } from '../../harness/tools.ts'
 import { claims, makeToken, probeHealth, smallDatabase } from '../helpers.ts'
 import { LITESTREAM_ENV, writeStream } from '../replication.ts'
@@ -19,7 +19,7 @@ async function writesAndProbes(t: TestContext, server: Server, tokens: Token[], 
   const port = Number(new URL(server.url).port)
   const stream = writeStream(server.url, tokens, 'health')
   const health = probeHealth(port, 20)
-  await sleep(seconds * 1000)
+  await sleep(seconds * 1000) // how long the writes and the probes last
   const probes = await health.stop()
   await stream.stop()
   const sorted = [...probes.latencies].sort((a, b) => a - b)
@@ -40,7 +40,7 @@ describe('/health under writes at full rate', () => {
   const servers: Server[] = []
   const boxes: Awaited<ReturnType<typeof box>>[] = []
   after(async () => {
-    for (const server of servers) await server.stop()
+    for (const server of servers) await within(server.stop(), 15_000, 'the server to exit on SIGTERM')
     for (const { db } of boxes) db.remove()
   })
 

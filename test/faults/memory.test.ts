@@ -14,7 +14,7 @@ import { exchange } from '../../harness/client.ts'
 import { isRunning, processTree } from '../../harness/proc.ts'
 import { DEFAULT_SECRET } from '../../harness/seed.ts'
 import { type Server, startServer } from '../../harness/server.ts'
-import { sleep, until } from '../../harness/time.ts'
+import { sleep, until, within } from '../../harness/time.ts'
 import { ROOT } from '../../harness/tools.ts'
 import { describeNeeding, smallDatabase } from '../helpers.ts'
 
@@ -177,7 +177,7 @@ describeNeeding(typeof cgroup === 'string' && cgroup, `more idle connections tha
       assert.equal(await res.text(), text)
     }
     assert.equal(oomKills(), 0)
-    assert.equal(await server.stop(), 0)
-    for (const f of flood) if (f.child.exitCode === null) await once(f.child, 'exit')
+    assert.equal(await within(server.stop(), 15_000, 'the server to exit on SIGTERM'), 0)
+    for (const f of flood) if (f.child.exitCode === null) await within(once(f.child, 'exit'), 15_000, 'a flood process to exit')
   })
 })

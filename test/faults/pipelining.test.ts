@@ -13,9 +13,10 @@ import { after, before, describe, test } from 'node:test'
 import { memoryKb } from '../../harness/proc.ts'
 import { freshSeededCopy } from '../../harness/seed.ts'
 import { type Server, shippedNodeFlags, startServer } from '../../harness/server.ts'
-import { sleep } from '../../harness/time.ts'
+import { sleep, until, within } from '../../harness/time.ts'
 import { ROOT } from '../../harness/tools.ts'
 import { pipeliningAttacker, probeHealth } from '../helpers.ts'
+import { heldOn } from '../sockets.ts'
 
 const HOLD_S = 20
 const rssMb = (server: Server) => memoryKb(server.child.pid!, 'VmRSS') / 1024
@@ -30,7 +31,7 @@ function aServer() {
     started.port = Number(new URL(started.server.url).port)
   })
   after(async () => {
-    await started.server?.stop()
+    if (started.server) await within(started.server.stop(), 15_000, 'the server to exit on SIGTERM')
     db.remove()
   })
   return started
@@ -39,19 +40,28 @@ function aServer() {
 type Hold = { sent: number; answered: number; unanswered: number; errors: Record<string, number | string>; p99_ms: number; max_ms: number }
 
 // 2,000 users of bench/users.ts running the k6 loop at twice its pace (about 420 requests a second)
-// for HOLD_S seconds; resolves with its results, or rejects when they are 30 s late. It is run as a
-// program, by its path, not imported: test/ imports nothing of bench/.
-async function holdUsers(server: Server, tokens: string): Promise<Hold> {
+// for HOLD_S seconds, after a second's idle: `connected` once every user has had its first answer (or
+// the generator has exited, and `done` says why); `done` with its results, or rejected when they are
+// 30 s late. It is run as a program, by its path, not imported: test/ imports nothing of bench/.
+function holdUsers(server: Server, tokens: string): { connected: Promise<void>; done: Promise<Hold> } {
   const child = spawn(process.execPath, [join(ROOT, 'bench', 'users.ts'), '--url', server.url, '--connections', '2000', '--think-scale', '0.5',
     '--idle', '1', '--hold', String(HOLD_S), '--tokens', tokens], { stdio: ['ignore', 'pipe', 'inherit'] })
   let output = ''
-  child.stdout.on('data', (chunk) => (output += chunk))
+  let markConnected = () => {}
+  const connected = new Promise<void>((resolve) => (markConnected = resolve))
+  child.stdout.on('data', (chunk) => {
+    output += chunk
+    if (output.includes('"event":"connected"')) markConnected()
+  })
   const timer = setTimeout(() => child.kill('SIGKILL'), (HOLD_S + 30) * 1000)
-  const [code] = await once(child, 'exit')
-  clearTimeout(timer)
-  const done = output.split('\n').filter(Boolean).map((line) => JSON.parse(line)).find((e) => e.event === 'done')
-  if (!done) throw new Error(`the users generator exited with ${code}: ${output}`)
-  return done
+  const done = once(child, 'exit').then(([code]) => {
+    markConnected()
+    clearTimeout(timer)
+    const results = output.split('\n').filter(Boolean).map((line) => JSON.parse(line)).find((e) => e.event === 'done')
+    if (!results) throw new Error(`the users generator exited with ${code}: ${output}`)
+    return results as Hold
+  })
+  return { connected, done }
 }
 
 const errorCount = (hold: Hold) => Number(hold.errors.status) + Number(hold.errors.body) + Number(hold.errors.closed) + Number(hold.errors.connect) + hold.unanswered
@@ -66,19 +76,22 @@ describe('pipelined and unread answers', { concurrency: true }, () => {
     const tokens = join(db.dir, 'tokens.txt')
     writeFileSync(tokens, db.tokens.map((token) => token.token).join('\n') + '\n')
     // The same hold without the attack first.
-    const quiet = await holdUsers(server, tokens)
+    const quiet = await holdUsers(server, tokens).done
     const rest = rssMb(server)
     let peak = rest
     const sampler = setInterval(() => (peak = Math.max(peak, rssMb(server))), 20)
     const attacker = await pipeliningAttacker(port, { connections: 200, depth: 2_000, seconds: 3 })
     const attacked = holdUsers(server, tokens)
-    await sleep(5_000) // into the hold
+    await within(attacked.connected, 60_000, 'the users to connect')
+    // Past the second's idle and 2 s into the hold: where in the hold the attack lands is a time.
+    await sleep(3_000)
     const health = probeHealth(port)
     const attack = await attacker.go()
     const probes = await health.stop()
     const endedAt = performance.now()
-    const hold = await attacked
+    const hold = await attacked.done
     clearInterval(sampler)
+    // Memory 10 s after the attack is what is measured: the wait is the thing tested.
     await sleep(Math.max(0, 10_000 - (performance.now() - endedAt)))
     const after10s = rssMb(server)
 
@@ -111,18 +124,19 @@ describe('pipelined and unread answers', { concurrency: true }, () => {
       const rest = rssMb(server)
       const sockets = await Promise.all(Array.from({ length: COUNT }, async () => {
         const socket = connect(port, '127.0.0.1').on('error', () => {})
-        await once(socket, 'connect')
+        await within(once(socket, 'connect'), 30_000, 'a connection accepted')
         if (read) socket.on('data', () => {})
         else socket.pause()
         socket.write('GET /feed HTTP/1.1\r\nHost: test\r\n\r\n')
         return socket
       }))
+      // The memory they cost is read once it has settled, which no event marks.
       await sleep(2_000)
       return { sockets, kb: ((rssMb(server) - rest) * 1024) / COUNT }
     }
     const readers = await open(true)
     for (const s of readers.sockets) s.destroy()
-    await sleep(1_000)
+    await until(() => heldOn(port) === 0, 10_000, 'the server to close the connections the readers closed')
     const silent = await open(false)
     const openedAt = performance.now()
     const closed = (s: Socket) => s.destroyed || s.readyState === 'closed'

@@ -11,7 +11,7 @@ import { after, describe, test, type TestContext } from 'node:test'
 import { startS3rver } from '../../harness/s3.ts'
 import type { Token } from '../../harness/seed.ts'
 import { type Server, startServer } from '../../harness/server.ts'
-import { sleep, until } from '../../harness/time.ts'
+import { sleep, until, within } from '../../harness/time.ts'
 import { NO_LITESTREAM } from '../../harness/tools.ts'
 import { claims, describeNeeding, freePort, makeToken, smallDatabase } from '../helpers.ts'
 import { killEverything, LITESTREAM_ENV, notIn, percentile, restoreByHand, SYNC_INTERVAL_MS, writeStream, type Write } from '../replication.ts'
@@ -75,10 +75,10 @@ async function loseTheBox(t: TestContext, url: string, runs: number, env: Record
   const lastSecond = { acknowledged: 0, lost: 0 }
   for (let run = 1; run <= runs; run++) {
     const stream = writeStream(server.url, box.tokens, `box ${run}`)
-    await sleep(streamMs)
+    await sleep(streamMs) // how long the writes stream before the loss
     const lostAt = performance.now()
     await killEverything(server.child.pid!)
-    await stream.done
+    await within(stream.done, 10_000, 'the writes to end with the box')
     assert.deepEqual(stream.errors, [], 'every write was answered 201 until the loss')
     for (const suffix of ['', '-wal', '-shm']) rmSync(join(dir, `feed.db${suffix}`))
     rmSync(dir, { recursive: true })
@@ -100,7 +100,7 @@ async function loseTheBox(t: TestContext, url: string, runs: number, env: Record
   t.diagnostic(`RPO over ${runs} losses: ${lastSecond.lost} of ${lastSecond.acknowledged} writes acknowledged in the last second before a loss were lost`)
   const likes = latencies.filter((w) => w.kind === 'like')
   t.diagnostic(`${likes.length} likes, under 16 lanes: p50 ${percentile(likes, 50).toFixed(1)} ms, p99 ${percentile(likes, 99).toFixed(1)} ms; ${((1000 * latencies.length) / (streamMs * runs)).toFixed(0)} writes a second`)
-  assert.equal(await server.stop(), 0)
+  assert.equal(await within(server.stop(), 15_000, 'Litestream and the server to exit on SIGTERM'), 0)
 }
 
 // s3rver keeps each object in a file named <key>._S3rver_object, which it writes as the upload
@@ -138,10 +138,10 @@ describeNeeding(NO_LITESTREAM, 'a box lost under a stream of writes (SIGKILL to 
         const box = await smallBox()
         const server = await startReplicated(box.dir, 's3://feed/feed.db', { ...s3.env, ...env })
         const stream = writeStream(server.url, box.tokens, 's3 box')
-        await sleep(waited ? 2_000 : 4_000)
+        await sleep(waited ? 2_000 : 4_000) // how long the writes stream before the loss
         const lostAt = performance.now()
         await killEverything(server.child.pid!)
-        await stream.done
+        await within(stream.done, 10_000, 'the writes to end with the box')
         assert.deepEqual(stream.errors, [], `the server's log:\n${server.output().slice(-3000)}`)
         const cutOff = dropCutOffUploads(objects)
         t.diagnostic(`uploads cut off by the loss, dropped: ${cutOff.length ? cutOff.join(', ') : 'none'}`)
@@ -167,8 +167,8 @@ describeNeeding(NO_LITESTREAM, 'a clean stop, then the disk lost', {}, () => {
     const tokens: Token[] = JSON.parse(readFileSync(join(dir, 'tokens.json'), 'utf8')).slice(0, 50)
 
     const stream = writeStream(server.url, tokens, 'clean stop')
-    await sleep(3_000)
-    assert.equal(await server.stop('SIGTERM'), 0, `Litestream and the server exit 0:\n${server.output().slice(-3000)}`)
+    await sleep(3_000) // how long the writes stream before the stop
+    assert.equal(await within(server.stop('SIGTERM'), 15_000, 'Litestream and the server to exit on SIGTERM'), 0, `Litestream and the server exit 0:\n${server.output().slice(-3000)}`)
     await stream.stop()
     assert.deepEqual(stream.errors, [])
     rmSync(dir, { recursive: true })
@@ -182,7 +182,7 @@ describeNeeding(NO_LITESTREAM, 'a clean stop, then the disk lost', {}, () => {
     t.diagnostic(`${stream.acknowledged.length} writes acknowledged up to SIGTERM, ${missing.length} missing after the restore; restored and listening in ${((performance.now() - started) / 1000).toFixed(1)} s`)
     assert.equal(integrity, 'ok')
     assert.deepEqual(missing, [])
-    assert.equal(await server.stop(), 0)
+    assert.equal(await within(server.stop(), 15_000, 'Litestream and the server to exit on SIGTERM'), 0)
   })
 })
 
@@ -223,11 +223,11 @@ describeNeeding(NO_LITESTREAM, 'the S3 endpoint unreachable for a while (s3rver 
       await until(() => /snapshot complete/.test(server.output()), 20_000, 'Litestream\'s first snapshot')
 
       const stream = writeStream(server.url, box.tokens, 'outage', { lanes: 4, pauseMs: 5 })
-      await sleep(3_000)
+      await sleep(3_000) // writes before the outage, to compare with those during it
       assert.equal((await replicaHealth(server)).state, 'ok')
       const cut = performance.now()
       await s3.stop()
-      await sleep(OUTAGE_S * 1000)
+      await sleep(OUTAGE_S * 1000) // the outage
       const during = await replicaHealth(server)
       t.diagnostic(`/health at the end of the outage: ${JSON.stringify(during)}`)
       assert.equal(during.state, 'behind')
@@ -242,7 +242,7 @@ describeNeeding(NO_LITESTREAM, 'the S3 endpoint unreachable for a while (s3rver 
       }
       assert.ok(caughtUp > 0, '/health says ok again within 30 s of the endpoint coming back')
       assert.match(server.output(), /replica: caught up, after \d+\.\d s behind at most/)
-      await sleep(1_000)
+      await sleep(1_000) // a second of writes once it has caught up
       await stream.stop()
       assert.deepEqual(stream.errors, [])
 
@@ -251,7 +251,7 @@ describeNeeding(NO_LITESTREAM, 'the S3 endpoint unreachable for a while (s3rver 
       t.diagnostic(Object.entries(phases).map(([phase, writes]) => `${phase}: ${writes.length} writes, p50 ${percentile(writes, 50).toFixed(1)} ms, p99 ${percentile(writes, 99).toFixed(1)} ms`).join('; '))
       t.diagnostic(`/health ok ${caughtUp.toFixed(1)} s after the endpoint came back; a restore by hand then held every write (${restoredWithin.toFixed(1)} s more)`)
       assert.ok(phases.unreachable.length > 0, 'writes were acknowledged while the endpoint was unreachable')
-      assert.equal(await server.stop(), 0)
+      assert.equal(await within(server.stop(), 15_000, 'Litestream and the server to exit on SIGTERM'), 0)
     } finally {
       await s3.stop()
     }
@@ -301,7 +301,7 @@ describeNeeding(NO_LITESTREAM, 'the S3 endpoint unreachable for a while (s3rver 
       restoreByHand(s3.url, restored, s3.env)
       const refusedPosts = refusedBodies.map((body, i) => ({ kind: 'post' as const, id: first.id + 1 + i, body, at: 0, ms: 0 }))
       assert.deepEqual(notIn(restored, [first, ...refusedPosts, after]).missing, [])
-      assert.equal(await server.stop(), 0)
+      assert.equal(await within(server.stop(), 15_000, 'Litestream and the server to exit on SIGTERM'), 0)
     } finally {
       await s3.stop()
     }
@@ -329,6 +329,6 @@ describeNeeding(NO_LITESTREAM, 'Litestream stopped under the server (SIGSTOP)', 
     }
     await until(() => /replica: caught up/.test(server.output()), 10_000, 'the log line after SIGCONT')
     assert.equal((await replicaHealth(server)).state, 'ok')
-    assert.equal(await server.stop(), 0)
+    assert.equal(await within(server.stop(), 15_000, 'Litestream and the server to exit on SIGTERM'), 0)
   })
 })

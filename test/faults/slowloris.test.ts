@@ -6,6 +6,7 @@ import { join } from 'node:path'
 import { after, describe, test } from 'node:test'
 import { freshSeededCopy } from '../../harness/seed.ts'
 import { startServer } from '../../harness/server.ts'
+import { sleep, until, within } from '../../harness/time.ts'
 import { ROOT } from '../../harness/tools.ts'
 
 const SLOW = 2_000
@@ -22,14 +23,15 @@ describe('a slowloris attack', () => {
       const exited = new Promise((resolve) => attacker.once('exit', resolve))
       const events: Record<string, number | string>[] = []
       attacker.stdout.on('data', (chunk) => events.push(...String(chunk).trim().split('\n').map((line) => JSON.parse(line))))
-      while (!events.some((e) => e.event === 'open')) await new Promise((resolve) => setTimeout(resolve, 50))
+      await until(() => events.some((e) => e.event === 'open'), 30_000, 'the attacker to open its connections')
 
-      // Normal traffic meanwhile: 100 requests a second for 12 s, through the server's timeouts.
+      // Normal traffic meanwhile: 100 requests a second for 12 s, through the server's timeouts (the
+      // pace, 10 ms apart, is the traffic's, not an order of events).
       const latencies: number[] = []
       let failures = 0
       for (let second = 0; second < 12; second++) {
         await Promise.all(Array.from({ length: 100 }, async (_, i) => {
-          await new Promise((resolve) => setTimeout(resolve, i * 10))
+          await sleep(i * 10)
           const sent = performance.now()
           const res = await fetch(`${server.url}/posts/${1 + (((second * 100 + i) * 4999) % 500_000)}`).catch(() => undefined)
           if (res?.status === 200) latencies.push(performance.now() - sent)
@@ -37,7 +39,7 @@ describe('a slowloris attack', () => {
           await res?.arrayBuffer()
         }))
       }
-      await exited
+      await within(exited, 30_000, 'the attacker to say how its connections ended, and exit')
       const done = events.find((e) => e.event === 'done')!
 
       latencies.sort((a, b) => a - b)
@@ -54,7 +56,7 @@ describe('a slowloris attack', () => {
       assert.ok(Number(done.lastClosedAt) < 15, 'closed by the 10 s header timeout, checked every 2 s')
       assert.equal(done.slowTold408, SLOW, 'a slow client is told 408 in the JSON shape')
     } finally {
-      await server.stop()
+      await within(server.stop(), 15_000, 'the server to exit on SIGTERM')
     }
   })
 })

@@ -7,6 +7,8 @@ import { connect } from 'node:net'
 import { after, describe, test } from 'node:test'
 import { freshSeededCopy } from '../../harness/seed.ts'
 import { startServer } from '../../harness/server.ts'
+import { sleep, until, within } from '../../harness/time.ts'
+import { listensOn, serverHasRead } from '../sockets.ts'
 
 describe('SIGTERM under load', () => {
   const db = freshSeededCopy()
@@ -38,16 +40,17 @@ describe('SIGTERM under load', () => {
         outcome.doneAt = performance.now()
         outcomes.push(outcome)
         if (outcome.error && outcome.sentAt > stopAt) return
-        await new Promise((resolve) => setTimeout(resolve, 5))
+        await sleep(5)
       }
     }
     const clients = Array.from({ length: 32 }, (_, n) => client(n))
-    await new Promise((resolve) => setTimeout(resolve, 2_000))
+    // The load runs 2 s before the stop: what is measured is a stop under steady load, not an order.
+    await sleep(2_000)
 
     // Ten uploads that are inside the server when SIGTERM comes: half their body before it, half after.
     const uploads = await Promise.all(Array.from({ length: 10 }, async (_, n) => {
       const socket = connect(port, '127.0.0.1')
-      await once(socket, 'connect')
+      await within(once(socket, 'connect'), 5_000, 'an upload\'s connection')
       const body = JSON.stringify({ body: `sent across SIGTERM, ${n}` })
       socket.write(`POST /posts HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${db.tokens[n].token}\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 10)}`)
       let answer = ''
@@ -55,23 +58,22 @@ describe('SIGTERM under load', () => {
       const closed = once(socket, 'close').then(() => answer)
       return { socket, rest: body.slice(10), closed }
     }))
-    await new Promise((resolve) => setTimeout(resolve, 100))
+    await until(() => uploads.every((u) => serverHasRead(u.socket)), 5_000, 'the server to read the first half of every upload')
 
     stopAt = performance.now()
     const exitCode = server.stop('SIGTERM')
-    await new Promise((resolve) => setTimeout(resolve, 100))
+    await until(() => !listensOn(port), 5_000, 'the server to close its listener on SIGTERM')
     for (const upload of uploads) upload.socket.write(upload.rest)
-    const uploadAnswers = await Promise.all(uploads.map((u) => u.closed))
-    await new Promise((resolve) => setTimeout(resolve, 300))
-    const refused = await new Promise<string>((resolve) => {
+    const uploadAnswers = await within(Promise.all(uploads.map((u) => u.closed)), 15_000, 'the uploads answered and their connections closed')
+    const refused = await within(new Promise<string>((resolve) => {
       const socket = connect(port, '127.0.0.1')
       socket.once('connect', () => (socket.destroy(), resolve('accepted')))
       socket.once('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? 'error'))
-    })
-    const code = await exitCode
+    }), 5_000, 'a new connection accepted or refused')
+    const code = await within(exitCode, 15_000, 'the server to exit after SIGTERM')
     const stopSeconds = (performance.now() - stopAt) / 1000
     running = false
-    await Promise.all(clients)
+    await within(Promise.all(clients), 15_000, 'the clients to end')
 
     // In the server at SIGTERM: sent well before it (50 ms, so the server has read them), answered after.
     const inFlight = outcomes.filter((o) => o.sentAt < stopAt - 50 && o.doneAt > stopAt)
