@@ -19,7 +19,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends libmimalloc3 \
 FROM node:26.10.0-trixie-slim
 WORKDIR /app
 COPY --from=build /src/dist/ ./dist/
-# Litestream, for LITESTREAM_REPLICA_URL (README, "Keep the data"): the static binary of the official
+# Litestream, for LITESTREAM_REPLICA_URL (docs/litestream.md): the static binary of the official
 # image, for every platform it publishes.
 COPY --from=litestream/litestream:0.5.17 /usr/local/bin/litestream /usr/local/bin/litestream
 COPY --from=build /usr/local/lib/libmimalloc.so.3 /usr/local/lib/libmimalloc.so.3

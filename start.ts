@@ -1,5 +1,5 @@
 // `npm start` and the container run this: seed the challenge data on the first start, then serve it.
-// With LITESTREAM_REPLICA_URL set, the database lives in a replica too (README, "Keep the data"): a
+// With LITESTREAM_REPLICA_URL set, the database lives in a replica too (docs/litestream.md): a
 // missing file is restored from the replica before the seed is asked, and the server runs under
 // `litestream replicate` (0.5.17 or later), which streams every change to the replica about once a second.
 // With PRIMARY_API_URL as well, this node is a follower of that replica (server/follower.ts):

@@ -1,5 +1,5 @@
-// The SVG chart that --record draws for BENCHMARKS.md and the README: CPU per request and latency at
-// saturation, endpoint by endpoint, ours against the node:http ceiling of the same run.
+// The SVG chart that --record draws for BENCHMARKS.md and docs/performance.md: CPU per request and
+// latency at saturation, endpoint by endpoint, ours against the node:http ceiling of the same run.
 
 type Row = { endpoint: string; cpu_us: number; p50_ms: number; p99_ms: number }
 

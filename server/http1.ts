@@ -1,7 +1,7 @@
 // Reads HTTP/1.x requests out of the bytes a connection sends: the request line and the header section
 // by RFC 9112, never more loosely than llhttp (node:http's parser), then the body by its framing. No I/O
 // here: server/wire.ts hands it what a connection has sent so far. Each refusal says why in `reason`;
-// where it refuses what llhttp takes, the README lists the reason.
+// where it refuses what llhttp takes, docs/http.md gives the reason.
 import { METHODS } from 'node:http'
 
 // Node's --max-http-header-size, counted as Node counts it: the target, the field names and the values.

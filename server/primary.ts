@@ -33,7 +33,8 @@ export async function plugInReplica(fetch: Fetch, speaks: boolean): Promise<Fetc
 
 // Every commit writes page 1 (the header's user_version, to the value it has), so each LTX file carries
 // it, and a follower's Litestream, applying it, changes the header's counter by which the follower's
-// readers know that their cached pages are stale (README, "Past one box").
+// readers know that their cached pages are stale (docs/scale-out.md, "What the start does that
+// Litestream 0.5.17 does not").
 const touches = new WeakMap<DatabaseSync, StatementSync>()
 function touchHeader(db: DatabaseSync) {
   let touch = touches.get(db)

@@ -3,7 +3,7 @@
 // serves a request for the least CPU, so the first serves alone while it has room; past that it starts
 // helpers, the server again, one after the other, each taking new connections from the same listening
 // socket in turn (server/first-process.ts, server/helper.ts, and server/messages.ts between them).
-// WORKERS=N fixes the number of processes instead (server/workers.ts; README, "Configuration").
+// WORKERS=N fixes the number of processes instead (server/workers.ts; docs/operations.md).
 import cluster from 'node:cluster'
 import type { Socket } from 'node:net'
 import type { ApiServer } from './api-server.ts'

@@ -1,5 +1,5 @@
 // What the replication tests share: streams of acknowledged writes, what a database holds of them,
-// and Litestream's own restore, run by hand as the README tells.
+// and Litestream's own restore, run by hand as docs/litestream.md tells.
 import { spawnSync } from 'node:child_process'
 import { existsSync, readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
@@ -101,7 +101,7 @@ export function notIn(path: string, writes: Write[]) {
   }
 }
 
-// `litestream restore -o <path> <replica URL>`, by hand as the README tells.
+// `litestream restore -o <path> <replica URL>`, by hand as docs/litestream.md tells.
 export function restoreByHand(url: string, path: string, env: Record<string, string> = {}) {
   const run = spawnSync(LITESTREAM!, ['restore', '-o', path, url], { encoding: 'utf8', env: { PATH: process.env.PATH, ...env } })
   if (run.status !== 0) throw new Error(`litestream restore: ${run.stdout}${run.stderr}`)
