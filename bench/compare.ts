@@ -5,8 +5,9 @@
 // saturation, against the Node ceiling measured in the same run. See bench/README.md.
 //
 //   npm run bench [-- --quick] [--only feed,mix] [--hold 5m] [--ramp 60s] [--connections 15000] [--workers 1]
-//                    [--record] [--rounds 3] [--against <git ref>] [--flags=<node flags>] [--against-flags=<node flags>]
-//                    [--against-node <version>] [--against-env "<NAME=value ...>"] [--replicate [--sync-wait] [--s3]]
+//                    [--record] [--rounds 3] [--against <git ref>] [--flags=<node flags>]
+//                    [--against-flags=<node flags>] [--against-node <version>] [--against-env "<NAME=value ...>"]
+//                    [--replicate [--sync-wait] [--s3]]
 //                    [--floor] [--together]
 //   npm run bench -- --box [--rounds 3]       one box: the mix and the write ceiling, one process on one
 //                                             core against WORKERS=2 on both
@@ -17,9 +18,15 @@ import { parseArgs } from 'node:util'
 import type { Seed } from '../harness/seed.ts'
 import { LITESTREAM, ROOT } from '../harness/tools.ts'
 import { PER_GENERATOR, USER_RATE } from './hold.ts'
-import { buildAgainst, commitOf, fmt, LOAD_CORE, log, memoryCgroup, nodeRelease, prepare, red, REPLICA_URL, RESULTS, SERVER_CORE, sh, shippedEnv, yellow } from './lib.ts'
+import {
+  buildAgainst, commitOf, fmt, LOAD_CORE, log, memoryCgroup, nodeRelease, prepare, red, REPLICA_URL, RESULTS, SERVER_CORE, sh,
+  shippedEnv, yellow,
+} from './lib.ts'
 import { printTable, recordInBenchmarks, roundByRound, type Summary, summarize } from './report.ts'
-import { type Endpoint, endpointsOf, LABEL, type Saturation, saturate, saturateTogether, type Settings, settingsOf, stopS3, type Variant } from './saturation.ts'
+import {
+  type Endpoint, endpointsOf, LABEL, type Saturation, saturate, saturateTogether, type Settings, settingsOf, stopS3,
+  type Variant,
+} from './saturation.ts'
 import { type Hold, usersComparison, type UsersSettings, usersVariantsOf } from './users-comparison.ts'
 import { printUsersReport } from './users-report.ts'
 
@@ -48,7 +55,9 @@ type Args = ReturnType<typeof parseArgs<{ options: typeof OPTIONS }>>['values']
 
 // What a comparison measures: its endpoints at saturation, in rounds, and the users holds unless the
 // run is about saturation (--only, --box) and no --hold asks for them.
-type Plan = { only: Endpoint[]; rounds: number; settings: Settings; users: UsersSettings; runUsers: boolean; together: boolean }
+type Plan = {
+  only: Endpoint[]; rounds: number; settings: Settings; users: UsersSettings; runUsers: boolean; together: boolean
+}
 
 function parseDuration(text: string): number {
   const match = /^(\d+(?:\.\d+)?)(s|m)?$/.exec(text)
@@ -78,7 +87,8 @@ export async function main(argv: string[]) {
   const plan = planOf(args)
   const { seed, flags } = prepare(args.flags)
   const cgroup = memoryCgroup()
-  const ours: Variant = { name: 'ours', app: join(ROOT, 'dist', 'app.js'), flags, commit: commitOf(ROOT), node: process.execPath }
+  const app = join(ROOT, 'dist', 'app.js')
+  const ours: Variant = { name: 'ours', app, flags, commit: commitOf(ROOT), node: process.execPath }
   const variants = variantsOf(args, ours)
   const floorFits = plan.users.connections <= PER_GENERATOR
   const usersVariants = plan.runUsers ? usersVariantsOf(ours, variants, { floorFits, quick: plan.settings.quick }) : []
@@ -87,12 +97,14 @@ export async function main(argv: string[]) {
     let holds: Hold[] = []
     let users: ReturnType<typeof printUsersReport> | undefined
     if (plan.runUsers) {
-      holds = await usersComparison(usersVariants, { users: plan.users, settings: plan.settings, seed, cgroup: cgroup.dir })
+      const run = { users: plan.users, settings: plan.settings, seed, cgroup: cgroup.dir }
+      holds = await usersComparison(usersVariants, run)
       console.log('')
       users = printUsersReport(holds, usersVariants, plan.users)
     }
     const runs = await saturationRounds(variants, plan, seed, cgroup.dir)
-    const rows = plan.only.flatMap((e) => (e === 'ceiling' ? ['ceiling'] : variants.map((v) => v.name)).map((v) => summarize(runs, e, v)))
+    const rows = plan.only
+      .flatMap((e) => (e === 'ceiling' ? ['ceiling'] : variants.map((v) => v.name)).map((v) => summarize(runs, e, v)))
       .filter((r): r is Summary => !!r)
     const c0 = rows.find((r) => r.endpoint === 'ceiling')!.cpu_us
     console.log('')
@@ -101,15 +113,17 @@ export async function main(argv: string[]) {
     const mix = rows.find((r) => r.endpoint === 'mix' && r.variant === 'ours')
     const usersEstimate = mix ? (0.8 * mix.rps) / USER_RATE : undefined
     if (usersEstimate) {
-      console.log(`\nestimate, not a measurement: users ~ 0.8 x ${fmt(mix!.rps)} mix req/s / 0.106 = ${fmt(usersEstimate)} on one core of this machine`)
+      console.log(`\nestimate, not a measurement: users ~ 0.8 x ${fmt(mix!.rps)} mix req/s / 0.106 = ` +
+        `${fmt(usersEstimate)} on one core of this machine`)
     }
-    const measured = { sqlite, workers: Number(args.workers), cgroupNote: cgroup.note, holds, users, runs, rows, c0, usersEstimate }
-    const result = resultOf(plan, { ours, variants, usersVariants }, measured)
+    const measured = { sqlite, workers: Number(args.workers), cgroupNote: cgroup.note, holds, users, runs, rows, c0 }
+    const result = resultOf(plan, { ours, variants, usersVariants }, { ...measured, usersEstimate })
     const file = join(RESULTS, `${result.date.replace(/[:.]/g, '-')}-${ours.commit}.json`)
     writeFileSync(file, JSON.stringify(result, null, 2))
     console.log(`\nresults: ${file}`)
     const oursHeld = users?.medians.find((m) => m.variant === 'ours')
-    if (args.record) recordInBenchmarks(result, rows, { connections: plan.users.connections, holdS: plan.users.holdS, ours: oursHeld }, c0)
+    const usersRow = { connections: plan.users.connections, holdS: plan.users.holdS, ours: oursHeld }
+    if (args.record) recordInBenchmarks(result, rows, usersRow, c0)
     process.exitCode = sayFailures(rows, holds) ? 1 : 0
   } finally {
     await stopS3()
@@ -127,7 +141,9 @@ function resultOf(plan: Plan, { ours, variants, usersVariants }: Omit<Cast, 'flo
   const { settings, users } = plan
   return {
     date: new Date().toISOString(), commit: ours.commit, node: process.version, sqlite: m.sqlite,
-    machine: { cpu: cpus()[0].model, cores: cpus().length, kernel: release(), memory_gb: Math.round(totalmem() / 1024 ** 3) },
+    machine: {
+      cpu: cpus()[0].model, cores: cpus().length, kernel: release(), memory_gb: Math.round(totalmem() / 1024 ** 3),
+    },
     settings: {
       quick: settings.quick, warmup_s: settings.warmupS, measure_s: settings.measureS, rounds: plan.rounds,
       workers: m.workers, cgroup: m.cgroupNote, variants,
@@ -152,20 +168,26 @@ function variantsOf(args: Args, ours: Variant): Variant[] {
   const variants = [ours]
   // One box: the same build as WORKERS=2 on both cores (wrk shares core 0 with it: read its req/s as
   // a floor, its CPU per request as the figure).
-  if (args.box) variants.push({ ...ours, name: 'WORKERS=2, 2 cores', workers: '2', cores: `${LOAD_CORE},${SERVER_CORE}` })
-  const againstFlags = args['against-flags'] === undefined ? undefined : args['against-flags'].split(' ').filter(Boolean)
+  const cores = `${LOAD_CORE},${SERVER_CORE}`
+  if (args.box) variants.push({ ...ours, name: 'WORKERS=2, 2 cores', workers: '2', cores })
+  const againstFlags = args['against-flags']?.split(' ').filter(Boolean)
   // The same build with more in its environment: an allocator preloaded, say (LD_PRELOAD=... MALLOC_CONF=...).
-  const againstEnv = args['against-env'] === undefined
-    ? undefined
-    : Object.fromEntries(args['against-env'].split(' ').filter(Boolean).map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]))
-  if (againstEnv) variants.push({ ...ours, name: `ours, ${args['against-env']!.replace(/\S*\//g, '')}`.slice(0, 48), env: againstEnv })
+  const pairs = args['against-env']?.split(' ').filter(Boolean)
+  const split = (pair: string) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]
+  const againstEnv = pairs && Object.fromEntries(pairs.map(split))
+  if (againstEnv) {
+    const name = `ours, ${args['against-env']!.replace(/\S*\//g, '')}`.slice(0, 48)
+    variants.push({ ...ours, name, env: againstEnv })
+  }
   if (args['against-node']) {
     // The same bundle and flags on another Node.
-    variants.push({ ...ours, name: `Node ${args['against-node']}`, flags: againstFlags ?? ours.flags, node: nodeRelease(args['against-node']) })
+    const node = nodeRelease(args['against-node'])
+    variants.push({ ...ours, name: `Node ${args['against-node']}`, flags: againstFlags ?? ours.flags, node })
   } else if (args.against || againstFlags) {
     const app = args.against ? buildAgainst(args.against) : ours.app
     const commit = args.against ? sh('git', ['rev-parse', '--short', args.against]) : ours.commit
-    variants.push({ name: args.against ? `against ${args.against}` : 'against', app, flags: againstFlags ?? ours.flags, commit, node: process.execPath })
+    const name = args.against ? `against ${args.against}` : 'against'
+    variants.push({ name, app, flags: againstFlags ?? ours.flags, commit, node: process.execPath })
   }
   // The stack's floor (bench/floor.ts): the same SQL with nothing of ours around it, same Node and flags.
   if (args.floor) variants.push({ ...ours, name: 'floor', app: join(ROOT, 'bench', 'floor.ts') })
@@ -178,19 +200,25 @@ function variantsOf(args: Args, ours: Variant): Variant[] {
 // With --sync-wait, a second such server acknowledges each write once the replica holds it; with
 // --s3, each replicates to s3rver instead of a folder.
 function replicated(variants: Variant[], ours: Variant, syncWait: boolean): Variant[] {
-  if (!LITESTREAM) throw new Error('--replicate needs Litestream 0.5.17: set LITESTREAM_BIN, or put it at ../shared/tools/litestream')
+  if (!LITESTREAM) {
+    throw new Error('--replicate needs Litestream 0.5.17: set LITESTREAM_BIN, or put it at ../shared/tools/litestream')
+  }
   const env = { LITESTREAM_REPLICA_URL: REPLICA_URL, LITESTREAM_BIN: LITESTREAM }
-  const more: Variant[] = [{ ...ours, name: 'litestream', app: join(ROOT, 'dist', 'start.js'), env }]
+  const start = join(ROOT, 'dist', 'start.js')
+  const more: Variant[] = [{ ...ours, name: 'litestream', app: start, env }]
   // With --against, that build under Litestream too: what a change costs a replicated server.
   const against = variants.find((v) => v.name.startsWith('against'))
-  if (against) more.push({ ...against, name: `litestream, ${against.name}`, app: join(dirname(against.app), 'start.js'), env })
-  if (syncWait) more.push({ ...ours, name: 'litestream wait', app: join(ROOT, 'dist', 'start.js'), env: { ...env, LITESTREAM_SYNC: 'wait' } })
+  if (against) {
+    more.push({ ...against, name: `litestream, ${against.name}`, app: join(dirname(against.app), 'start.js'), env })
+  }
+  if (syncWait) more.push({ ...ours, name: 'litestream wait', app: start, env: { ...env, LITESTREAM_SYNC: 'wait' } })
   return more
 }
 
 // A Node's version and its SQLite's.
-const versions = (node: string) =>
-  sh(node, ['--input-type=module', '-e', "import { DatabaseSync } from 'node:sqlite'; console.log(`Node ${process.version}, SQLite ${new DatabaseSync(':memory:').prepare('SELECT sqlite_version() AS v').get().v}`)"])
+const VERSIONS = "import { DatabaseSync } from 'node:sqlite'; const db = new DatabaseSync(':memory:'); " +
+  "console.log(`Node ${process.version}, SQLite ${db.prepare('SELECT sqlite_version() AS v').get().v}`)"
+const versions = (node: string) => sh(node, ['--input-type=module', '-e', VERSIONS])
 
 type Cast = { ours: Variant; variants: Variant[]; usersVariants: Variant[]; floorFits: boolean; cgroupNote: string }
 
@@ -198,16 +226,25 @@ type Cast = { ours: Variant; variants: Variant[]; usersVariants: Variant[]; floo
 function describe(plan: Plan, { ours, variants, usersVariants, floorFits, cgroupNote }: Cast): string {
   const { settings, users } = plan
   const sqlite = /SQLite (\S+)/.exec(versions(process.execPath))![1]
-  console.log(`bench ${new Date().toISOString()}: commit ${ours.commit}, Node ${process.version}, SQLite ${sqlite}, ${cpus()[0].model} x${cpus().length}`)
+  const machine = `${cpus()[0].model} x${cpus().length}`
+  console.log(`bench ${new Date().toISOString()}: commit ${ours.commit}, Node ${process.version}, SQLite ${sqlite}, ` +
+    machine)
   console.log(`server on core ${SERVER_CORE} (taskset), ${cgroupNote}; load on core ${LOAD_CORE}`)
   if (plan.runUsers) {
-    console.log(`users holds: ${fmt(users.connections)} users arriving evenly over ${fmt(users.rampS)} s, each looping from its arrival, then ${fmt(users.holdS)} s measured; ` +
+    console.log(`users holds: ${fmt(users.connections)} users arriving evenly over ${fmt(users.rampS)} s, ` +
+      `each looping from its arrival, then ${fmt(users.holdS)} s measured; ` +
       `${users.rounds} round(s) of ${usersVariants.map((v) => v.name).join('; ')}`)
-    if (!floorFits) console.log(yellow(`the floors are one process each, which holds about 19,900 connections here: left out of the users holds above ${fmt(PER_GENERATOR)} users`))
+    if (!floorFits) {
+      console.log(yellow('the floors are one process each, which holds about 19,900 connections here: ' +
+        `left out of the users holds above ${fmt(PER_GENERATOR)} users`))
+    }
   }
-  console.log(`saturation: wrk -t1 -c64, ${settings.warmupS} s warm-up, ${settings.measureS} s measured, ${plan.rounds} round(s)`)
+  console.log(`saturation: wrk -t1 -c64, ${settings.warmupS} s warm-up, ${settings.measureS} s measured, ` +
+    `${plan.rounds} round(s)`)
   const named = new Map([...usersVariants, ...variants].map((v) => [v.name, v]))
-  for (const v of named.values()) if (v.name !== 'ours again') console.log(`${v.name}: ${commandOf(v, settings.workers)} (${versions(v.node)})`)
+  for (const v of named.values()) {
+    if (v.name !== 'ours again') console.log(`${v.name}: ${commandOf(v, settings.workers)} (${versions(v.node)})`)
+  }
   return sqlite
 }
 
@@ -220,7 +257,8 @@ function commandOf(v: Variant, workers: string) {
   const env = Object.entries(v.env ?? {})
     .filter(([name]) => !['LD_PRELOAD', 'LITESTREAM_REPLICA_URL', 'LITESTREAM_BIN'].includes(name))
     .map(([name, value]) => `${name}=${value} `).join('')
-  return `${preload ? `LD_PRELOAD=${preload} ` : ''}${env}node ${[...v.flags, app].join(' ')}${workers !== '0' ? `, WORKERS=${workers}` : ''}${replica}`
+  const many = workers !== '0' ? `, WORKERS=${workers}` : ''
+  return `${preload ? `LD_PRELOAD=${preload} ` : ''}${env}node ${[...v.flags, app].join(' ')}${many}${replica}`
 }
 
 // Every endpoint of --only in rounds, each variant alone (or all together, --together), alternating the
@@ -253,9 +291,11 @@ function printRatios(rows: Summary[], runs: Saturation[], variants: Variant[], o
     const [a, ...others] = variants.map((v) => rows.find((r) => r.endpoint === e && r.variant === v.name)!)
     for (const b of others) {
       const litestream = b.litestream_cpu_us
-        ? `   (Litestream itself: ${fmt(b.litestream_cpu_us, 1)} of ${fmt(b.cpu_us, 1)} us/req; the replica ${fmt(b.replica_behind_ms / 1000, 1)} s behind at most)`
+        ? `   (Litestream itself: ${fmt(b.litestream_cpu_us, 1)} of ${fmt(b.cpu_us, 1)} us/req; ` +
+          `the replica ${fmt(b.replica_behind_ms / 1000, 1)} s behind at most)`
         : ''
-      console.log(`${LABEL[e].padEnd(22)} CPU/req ${b.variant} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   req/s ${fmt(b.rps / a.rps, 3)}` +
+      console.log(`${LABEL[e].padEnd(22)} CPU/req ${b.variant} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   ` +
+        `req/s ${fmt(b.rps / a.rps, 3)}` +
         `${roundByRound(runs, e, b.variant)}${litestream}`)
     }
   }
@@ -268,15 +308,18 @@ function sayFailures(rows: Summary[], holds: Hold[]): boolean {
   for (const r of rows) {
     const what = `${LABEL[r.endpoint]} (${r.variant})`
     if (r.errors) (failed = true), console.log(red(`${what}: ${r.errors} bad responses, e.g. ${r.error_example}`))
-    if (r.load_cpu > 0.95) console.log(yellow(`${what}: wrk's core was at ${fmt(r.load_cpu * 100)}%: the load tool may have been the bottleneck`))
-    else if (r.server_cpu < 0.9) console.log(yellow(`${what}: the server's core was at ${fmt(r.server_cpu * 100)}%: not saturated`))
+    const [load, server] = [fmt(r.load_cpu * 100), fmt(r.server_cpu * 100)]
+    if (r.load_cpu > 0.95) {
+      console.log(yellow(`${what}: wrk's core was at ${load}%: the load tool may have been the bottleneck`))
+    } else if (r.server_cpu < 0.9) console.log(yellow(`${what}: the server's core was at ${server}%: not saturated`))
   }
   for (const h of holds) {
     const what = `users hold (${h.variant}, round ${h.round})`
     if (h.errors) (failed = true), console.log(red(`${what}: ${h.errors} errors, e.g. ${h.error_example}`))
     if (!h.pass) {
       failed = true
-      console.log(red(`${what}: FAIL, p95 ${fmt(h.p95_ms, 1)} ms, p99 ${fmt(h.p99_ms, 1)} ms (the pass line: p95 < 500 ms, p99 < 1 s, < 1% errors)`))
+      console.log(red(`${what}: FAIL, p95 ${fmt(h.p95_ms, 1)} ms, p99 ${fmt(h.p99_ms, 1)} ms ` +
+        '(the pass line: p95 < 500 ms, p99 < 1 s, < 1% errors)'))
     }
   }
   return failed

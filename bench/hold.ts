@@ -36,16 +36,19 @@ type Event = Record<string, any>
 // (from the start), and for the hold to end (from their arrival); name says whose users they are.
 type Deadlines = { arriveMs: number; doneMs: number; name: string }
 
+type Users = { url: string; users: number; tokens: string; ramp: number; hold: number; deadlines?: Deadlines }
+
 // Starts the users against the server (its url on 127.0.0.1) now; arrived() once every user has had its
 // first answer, done() once the hold is over; stop() ends the generators and removes their files.
-export function startUsers(o: { url: string; users: number; tokens: string; ramp: number; hold: number; deadlines?: Deadlines }) {
+export function startUsers(o: Users) {
   const count = generatorsFor(o.users)
   const generators: Generator[] = Array.from({ length: count }, (_, i) => {
     const share = Math.floor(o.users / count) + (i < o.users % count ? 1 : 0)
     const url = o.url.replace('127.0.0.1', `127.0.0.${1 + i}`)
     const latencies = join(CACHE, `users-latencies-${process.pid}-${i}.json`)
-    const options = { url, connections: share, tokens: o.tokens, latencies, idle: 0, hold: o.hold, ramp: o.ramp, loopOnArrival: true }
-    return { latencies, ...usersGenerator(options) }
+    const { tokens, hold, ramp } = o
+    const generator = usersGenerator({ url, connections: share, tokens, latencies, idle: 0, hold, ramp, loopOnArrival: true })
+    return { latencies, ...generator }
   })
   // Each generator's event, or the error it died with.
   const each = (event: string, ms: number | undefined, what: string) => {
@@ -54,14 +57,16 @@ export function startUsers(o: { url: string; users: number; tokens: string; ramp
   }
   let failedToConnect = 0
   return {
-    count,
     arrived: async (): Promise<Arrival> => {
       const connected = await each('connected', o.deadlines?.arriveMs, `the users of ${o.deadlines?.name} arriving`)
       const open = sum(connected, (c) => c.connections)
       failedToConnect = sum(connected, (c) => c.failed)
       return { open, failedToConnect, failure: failureOf(connected) }
     },
-    done: async (): Promise<Tally> => tally(await each('done', o.deadlines?.doneMs, `the hold of ${o.deadlines?.name}`), generators, failedToConnect),
+    done: async (): Promise<Tally> => {
+      const done = await each('done', o.deadlines?.doneMs, `the hold of ${o.deadlines?.name}`)
+      return tally(done, generators, failedToConnect)
+    },
     stop: () => {
       for (const g of generators) {
         g.kill()
@@ -77,7 +82,8 @@ const sum = (events: Settled, of: (e: Event) => number) => succeeded(events).red
 const failureOf = (events: Settled) => events.find((e): e is { error: Error } => 'error' in e)?.error
 
 // The errors one generator counted: its users' and its requests never answered.
-const errorsOf = (done: Event) => done.errors.status + done.errors.body + done.errors.closed + done.errors.connect + done.unanswered
+const errorsOf = ({ errors, unanswered }: Event) =>
+  errors.status + errors.body + errors.closed + errors.connect + unanswered
 
 function tally(results: Settled, generators: Generator[], failedToConnect: number): Tally {
   const done = succeeded(results)

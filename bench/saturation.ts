@@ -8,7 +8,7 @@ import { startS3rver } from '../harness/s3.ts'
 import type { Seed } from '../harness/seed.ts'
 import type { Server } from '../harness/server.ts'
 import { ROOT } from '../harness/tools.ts'
-import { benchServer, LOAD_CORE, WORKDIR, wrk } from './lib.ts'
+import { benchServer, LOAD_CORE, WORKDIR, wrk, type WrkResult } from './lib.ts'
 
 export const ENDPOINTS = ['ceiling', 'feed', 'post', 'like', 'create', 'mix'] as const
 export type Endpoint = (typeof ENDPOINTS)[number]
@@ -24,14 +24,16 @@ export const LABEL: Record<Endpoint, string> = {
 // The endpoints of --only, or these; the ceiling always first, since every figure is read against it.
 export function endpointsOf(only: string | undefined, otherwise: Endpoint[]): Endpoint[] {
   const endpoints = only ? (only.split(',') as Endpoint[]) : [...otherwise]
-  for (const e of endpoints) if (!ENDPOINTS.includes(e)) throw new Error(`--only takes ${ENDPOINTS.join(', ')}, not ${e}`)
+  const unknown = endpoints.find((e) => !ENDPOINTS.includes(e))
+  if (unknown) throw new Error(`--only takes ${ENDPOINTS.join(', ')}, not ${unknown}`)
   if (!endpoints.includes('ceiling')) endpoints.unshift('ceiling')
   return endpoints
 }
 
 // workers, cores and env, when given, override --workers, the server core and the server's environment.
 export type Variant = {
-  name: string; app: string; flags: string[]; commit: string; node: string; workers?: string; cores?: string; env?: Record<string, string>
+  name: string; app: string; flags: string[]; commit: string; node: string
+  workers?: string; cores?: string; env?: Record<string, string>
 }
 
 // How a run measures: --quick's shorter lengths, --workers, and --s3 for the replicated variants.
@@ -40,8 +42,9 @@ export const settingsOf = ({ quick = false, workers = '0', s3 = false } = {}): S
   ({ quick, warmupS: quick ? 1 : 2, measureS: quick ? 3 : 10, workers, s3 })
 
 export type Saturation = {
-  endpoint: Endpoint; variant: string; rps: number; p50_ms: number; p99_ms: number; errors: number; error_example: string
-  cpu_us: number; litestream_cpu_us: number; replica_behind_ms: number; server_cpu: number; load_cpu: number; peak_rss_mb: number
+  endpoint: Endpoint; variant: string; rps: number; p50_ms: number; p99_ms: number; errors: number
+  error_example: string; cpu_us: number; litestream_cpu_us: number; replica_behind_ms: number; server_cpu: number
+  load_cpu: number; peak_rss_mb: number
 }
 
 // With --s3, the replicas are in s3rver, on the load core; started once, on the first replicated start,
@@ -61,7 +64,8 @@ async function replicaFor(workdir: string, settings: Settings): Promise<Record<s
 
 type Serving = { settings: Settings; seed: Seed; cgroup?: string; host?: string; workdir?: string }
 
-export async function serve(variant: Variant | 'ceiling', { settings, seed, cgroup, host = '127.0.0.1', workdir = WORKDIR }: Serving) {
+export async function serve(variant: Variant | 'ceiling', serving: Serving) {
+  const { settings, seed, cgroup, host = '127.0.0.1', workdir = WORKDIR } = serving
   if (variant === 'ceiling') return benchServer(join(ROOT, 'bench', 'ceiling.ts'), { cgroup })
   const replica = isReplicated(variant) && (await replicaFor(workdir, settings))
   return benchServer(variant.app, {
@@ -71,7 +75,8 @@ export async function serve(variant: Variant | 'ceiling', { settings, seed, cgro
 }
 
 // Replicated, the process started is Litestream, and the server its child.
-export const isReplicated = (variant: Variant | 'ceiling') => variant !== 'ceiling' && !!variant.env?.LITESTREAM_REPLICA_URL
+export const isReplicated = (variant: Variant | 'ceiling') =>
+  variant !== 'ceiling' && !!variant.env?.LITESTREAM_REPLICA_URL
 
 // Nothing is measured before Litestream has sent its first snapshot of the whole file, and made its
 // first level-1 compaction (every 30 s by the clock), which reads that whole snapshot once again. Both
@@ -94,9 +99,12 @@ export async function saturate(variant: Variant | 'ceiling', endpoint: Endpoint,
 
 // --together: the variants at the same time on the same core, each with a wrk of its own, so that the
 // machine's drift hits all of them at once. Each server has about its share of the core.
-export async function saturateTogether(variants: (Variant | 'ceiling')[], endpoint: Endpoint, run: Serving): Promise<Saturation[]> {
+type Variants = (Variant | 'ceiling')[]
+
+export async function saturateTogether(variants: Variants, endpoint: Endpoint, run: Serving): Promise<Saturation[]> {
   const { settings, seed } = run
-  const servers = await Promise.all(variants.map((variant, i) => serve(variant, { ...run, workdir: run.workdir ?? join(WORKDIR, `together-${i}`) })))
+  const workdir = (i: number) => run.workdir ?? join(WORKDIR, `together-${i}`)
+  const servers = await Promise.all(variants.map((variant, i) => serve(variant, { ...run, workdir: workdir(i) })))
   const replicated = (i: number) => isReplicated(variants[i])
   try {
     await Promise.all(servers.map((server, i) => replicated(i) && firstSnapshot(server, settings.quick)))
@@ -105,7 +113,8 @@ export async function saturateTogether(variants: (Variant | 'ceiling')[], endpoi
     const litestreamTicks = servers.map((server, i) => (replicated(i) ? cpuTicks(server.pid).total : 0))
     const lags = servers.map((server, i) => (replicated(i) ? followLag(server.url) : undefined))
     const started = performance.now()
-    const results = await Promise.all(servers.map((server) => wrk(server.url, endpoint, settings.measureS, seed.tokens)))
+    const measuring = servers.map((server) => wrk(server.url, endpoint, settings.measureS, seed.tokens))
+    const results = await Promise.all(measuring)
     const wall = performance.now() - started
     return await Promise.all(results.map(async (result, i) => {
       const server = servers[i]
@@ -125,7 +134,8 @@ function followLag(url: string) {
   let running = true
   const following = (async () => {
     while (running) {
-      const health = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5_000) }).then((res) => res.json(), () => undefined)
+      const health = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5_000) })
+        .then((res) => res.json(), () => undefined)
       worst = Math.max(worst, health?.replica?.behind_ms ?? 0)
       await new Promise((resolve) => setTimeout(resolve, 1_000))
     }
@@ -141,7 +151,7 @@ function followLag(url: string) {
 
 type Measured = { cpuUs: number; wall: number; litestreamUs: number; pid: number }
 
-function saturation(variant: Variant | 'ceiling', endpoint: Endpoint, result: Awaited<ReturnType<typeof wrk>>, m: Measured): Saturation {
+function saturation(variant: Variant | 'ceiling', endpoint: Endpoint, result: WrkResult, m: Measured): Saturation {
   return {
     endpoint,
     variant: variant === 'ceiling' ? 'ceiling' : variant.name,

@@ -15,10 +15,13 @@ type UsersRun = { users: UsersSettings; settings: Settings; seed: Seed; cgroup?:
 
 export type Hold = {
   variant: string; round: number; connections: number; seconds: number; sent: number; answered: number; rate: number
-  errors: number; error_example: string; connect_failed: number; p50_ms: number; p95_ms: number; p99_ms: number; max_ms: number
-  // A request's cost over the hold: CPU (user, kernel, both) in us, context switches, syscalls (undefined without perf).
-  cpu_us: number; user_us: number; sys_us: number; voluntary_switches: number; involuntary_switches: number; switches: number
-  syscalls?: number; server_cpu: number; rss_idle_mb: number; rss_start_mb: number; rss_peak_mb: number; kb_per_connection: number
+  errors: number; error_example: string; connect_failed: number
+  p50_ms: number; p95_ms: number; p99_ms: number; max_ms: number
+  // A request's cost over the hold: CPU (user, kernel, both) in us, context switches, syscalls
+  // (undefined without perf).
+  cpu_us: number; user_us: number; sys_us: number; voluntary_switches: number; involuntary_switches: number
+  switches: number; syscalls?: number
+  server_cpu: number; rss_idle_mb: number; rss_start_mb: number; rss_peak_mb: number; kb_per_connection: number
   generator_cpu: number; pass: boolean; perf_note?: string
 }
 
@@ -30,7 +33,9 @@ const FLOORS = [['floor', 'floor.ts'], ['floor, node:net', 'floor-net.ts'], ['fl
 // with --quick); ours on @hono/node-server (HTTP_SERVER=node-server), the server it had before node:net;
 // the floors, same Node and flags, where the users fit one process (one generator's); and every other
 // variant of the run.
-export function usersVariantsOf(ours: Variant, variants: Variant[], { floorFits, quick }: { floorFits: boolean; quick: boolean }): Variant[] {
+type Fit = { floorFits: boolean; quick: boolean }
+
+export function usersVariantsOf(ours: Variant, variants: Variant[], { floorFits, quick }: Fit): Variant[] {
   const floors = floorFits ? FLOORS.map(([name, script]) => ({ ...ours, name, app: join(ROOT, 'bench', script) })) : []
   const again = quick ? [] : [{ ...ours, name: 'ours again' }]
   const nodeServer = { ...ours, name: 'ours, node-server', env: { HTTP_SERVER: 'node-server' } }
@@ -49,7 +54,8 @@ export async function usersComparison(variants: Variant[], run: UsersRun): Promi
     for (const variant of order) {
       const left = (total - holds.length) * perHoldS
       log(`bench: users ${round + 1}/${users.rounds}: ${variant.name}: ${fmt(users.connections)} users arriving over ` +
-        `${fmt(users.rampS)} s, then ${fmt(users.holdS)} s measured (about ${Math.ceil(left / 60)} min left of the users holds)`)
+        `${fmt(users.rampS)} s, then ${fmt(users.holdS)} s measured ` +
+        `(about ${Math.ceil(left / 60)} min left of the users holds)`)
       holds.push(await holdVariant(variant, round + 1, run))
     }
   }
@@ -71,7 +77,8 @@ async function holdVariant(variant: Variant, round: number, run: UsersRun): Prom
     await sleep(1000)
     const rssIdle = treeMemoryKb(server.pid, 'VmRSS')
     const deadlines = { arriveMs: (users.rampS + 120) * 1000, doneMs: (users.holdS + 60) * 1000, name: variant.name }
-    hold = startUsers({ url: server.url, users: users.connections, tokens: seed.tokens, ramp: users.rampS, hold: users.holdS, deadlines })
+    const { connections, rampS: ramp, holdS: holdFor } = users
+    hold = startUsers({ url: server.url, users: connections, tokens: seed.tokens, ramp, hold: holdFor, deadlines })
     const arrival = await hold.arrived()
     if (arrival.failure) throw arrival.failure
     // Every user has arrived: the generators measure from now (no idle time), and so does this.
@@ -110,15 +117,19 @@ function meterServer(pid: number) {
       clearInterval(sampler)
       rssPeak = Math.max(rssPeak, treeMemoryKb(pid, 'VmRSS'))
       return {
-        userUs: (cpuAfter.user - cpuBefore.user) * TICK_US, sysUs: (cpuAfter.system - cpuBefore.system) * TICK_US, wallS,
-        voluntary: switchesAfter.voluntary - switchesBefore.voluntary, involuntary: switchesAfter.involuntary - switchesBefore.involuntary,
+        userUs: (cpuAfter.user - cpuBefore.user) * TICK_US,
+        sysUs: (cpuAfter.system - cpuBefore.system) * TICK_US,
+        wallS,
+        voluntary: switchesAfter.voluntary - switchesBefore.voluntary,
+        involuntary: switchesAfter.involuntary - switchesBefore.involuntary,
         rssStart, rssPeak, syscalls: await perf.stop(),
       }
     },
   }
 }
 
-type Measured = { arrival: Arrival; tally: Tally; server: Awaited<ReturnType<ReturnType<typeof meterServer>['stop']>>; rssIdle: number; users: number }
+type Metered = Awaited<ReturnType<ReturnType<typeof meterServer>['stop']>>
+type Measured = { arrival: Arrival; tally: Tally; server: Metered; rssIdle: number; users: number }
 
 function holdOf(variant: Variant, round: number, { arrival, tally, server, rssIdle, users }: Measured): Hold {
   const { latencies, seconds } = tally
