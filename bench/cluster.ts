@@ -120,7 +120,8 @@ async function lag(run: Run, primaryUrl: string, replicaDb: string, { rate, seco
   if (rate) {
     const inFlight: Promise<void>[] = []
     for (let i = 0; performance.now() - started < seconds! * 1000; await sleep(10)) {
-      for (const due = ((performance.now() - started) / 1000) * rate; i < due; i++) inFlight.push(probe.write(i, Math.random() < CREATE_SHARE))
+      const due = ((performance.now() - started) / 1000) * rate
+      for (; i < due; i++) inFlight.push(probe.write(i, Math.random() < CREATE_SHARE))
     }
     await Promise.all(inFlight)
   } else {
@@ -134,8 +135,9 @@ async function lag(run: Run, primaryUrl: string, replicaDb: string, { rate, seco
   const elapsedS = (performance.now() - started) / 1000
   const { lags, lost, written, errors, example } = await probe.stop()
   return {
-    writes_per_s: written / elapsedS, timed: lags.length, p50_ms: at(lags, 0.5), p99_ms: at(lags, 0.99), max_ms: lags.at(-1) ?? NaN,
-    not_seen_in_10_s: lost, errors, example, cpu_per_s: counters.map((ticks, i) => ((ticks() - before[i]) * TICK_US) / 1e6 / elapsedS),
+    writes_per_s: written / elapsedS, timed: lags.length, p50_ms: at(lags, 0.5), p99_ms: at(lags, 0.99),
+    max_ms: lags.at(-1) ?? NaN, not_seen_in_10_s: lost, errors, example,
+    cpu_per_s: counters.map((ticks, i) => ((ticks() - before[i]) * TICK_US) / 1e6 / elapsedS),
   }
 }
 
@@ -186,7 +188,8 @@ function lagProbe(run: Run, primaryUrl: string, replicaDb: string) {
     pending.splice(later === -1 ? pending.length : later, 0, { id, at: now })
   }
   const seenAll = async (timeoutMs: number) => {
-    for (const deadline = performance.now() + timeoutMs; pending.length && performance.now() < deadline; ) await sleep(2)
+    const deadline = performance.now() + timeoutMs
+    while (pending.length && performance.now() < deadline) await sleep(2)
   }
   const stop = async () => {
     polling = false
@@ -236,7 +239,8 @@ async function followersBench(run: Run, flags: string[], plain: string, dir: str
   const settings: Record<string, unknown> = {}
   const report: Record<string, unknown> = { settings }
   const version = execFileSync(LITESTREAM!, ['version'], { encoding: 'utf8' }).trim()
-  console.log(`\nLitestream followers: ${version}, a file replica; the follower (its API and Litestream) on core ${SERVER_CORE}, ` +
+  console.log(`\nLitestream followers: ${version}, a file replica; ` +
+    `the follower (its API and Litestream) on core ${SERVER_CORE}, ` +
     `wrk and the primary on core ${LOAD_CORE}`)
   let errors = 0
   for (const [n, setting] of SYNC_SETTINGS.entries()) {
@@ -266,19 +270,23 @@ type Pair = { primary: Server; follower: Server; followerDb: string }
 
 // A primary under `litestream replicate`, past its first snapshot, and a follower restoring its
 // replica; each pushed onto started as it starts, for the caller to stop.
-async function startPair(run: Run, { flags, dir, n, setting }: { flags: string[]; dir: string; n: number; setting: (typeof SYNC_SETTINGS)[number] }, started: Server[]): Promise<Pair> {
+type Setting = { flags: string[]; dir: string; n: number; setting: (typeof SYNC_SETTINGS)[number] }
+
+async function startPair(run: Run, { flags, dir, n, setting }: Setting, started: Server[]): Promise<Pair> {
   const replicaUrl = `file://${join(dir, `replica-${n}`)}`
   const env = { LITESTREAM_BIN: LITESTREAM!, LITESTREAM_REPLICA_URL: replicaUrl }
   log(`bench: Litestream, ${setting.name}: a primary, its first snapshot, then a follower restoring it`)
   const primaryEnv = { ...env, ...setting.env }
-  const primary = await benchServer(START, { flags, seed: run.seed, cores: LOAD_CORE, workdir: join(dir, `primary-${n}`), env: primaryEnv, timeoutMs: 60_000 })
+  const workdir = join(dir, `primary-${n}`)
+  const primary = await benchServer(START, { flags, seed: run.seed, cores: LOAD_CORE, workdir, env: primaryEnv, timeoutMs: 60_000 })
   started.push(primary)
   // Its first snapshot, and its first level-1 compaction, which rereads the whole snapshot 30 s after
   // a start: neither weighs on a box that runs, so neither is measured (--quick waits for the first).
   const ready = run.quick ? /snapshot complete/ : /snapshot complete[^]*compaction complete.*level=1/
   await until(() => ready.test(primary.stdout()), 90_000, 'the primary\'s first snapshot')
   const followerDir = join(dir, `follower-${n}`)
-  const follower = await benchServer(START, { flags, workdir: followerDir, env: { ...env, PRIMARY_API_URL: primary.url }, timeoutMs: 120_000 })
+  const followerEnv = { ...env, PRIMARY_API_URL: primary.url }
+  const follower = await benchServer(START, { flags, workdir: followerDir, env: followerEnv, timeoutMs: 120_000 })
   started.push(follower)
   return { primary, follower, followerDb: join(followerDir, 'feed.db') }
 }
@@ -286,23 +294,32 @@ async function startPair(run: Run, { flags, dir, n, setting }: { flags: string[]
 // 1. The statement alone on the follower's file, and on a plain copy, in this process; 2. the mix: a
 // plain file, then the follower; 2,000 connections each, so that the writes waiting a second or two
 // for the follower to have them leave enough connections to saturate it.
-async function statementAndMix(run: Run, { flags, plain, primary, follower, followerDb }: Pair & { flags: string[]; plain: string }) {
+type Plain = Pair & { flags: string[]; plain: string }
+
+async function statementAndMix(run: Run, { flags, plain, primary, follower, followerDb }: Plain) {
   const { quick } = run
-  const statement = { plain: statementCost(plain, { quick }), follower: statementCost(followerDb, { quick, readOnly: true, pid: follower.pid }) }
+  const statement = {
+    plain: statementCost(plain, { quick }),
+    follower: statementCost(followerDb, { quick, readOnly: true, pid: follower.pid }),
+  }
   console.log('  1. the post statement alone, CPU per query (us)')
   for (const [name, s] of Object.entries(statement)) {
-    console.log(`     ${name.padEnd(10)} node ${fmt(s.node_us, 1).padStart(6)}  litestream ${fmt(s.replication_us, 1).padStart(6)}  ` +
+    console.log(`     ${name.padEnd(10)} node ${fmt(s.node_us, 1).padStart(6)}  ` +
+      `litestream ${fmt(s.replication_us, 1).padStart(6)}  ` +
       `total ${fmt(s.node_us + s.replication_us, 1).padStart(6)}`)
   }
   const mix: Record<string, Saturation> = {}
-  const server = await benchServer(join(import.meta.dirname, '..', 'dist', 'app.js'), { flags, env: { SQLITE_PATH: plain } })
+  const app = join(import.meta.dirname, '..', 'dist', 'app.js')
+  const server = await benchServer(app, { flags, env: { SQLITE_PATH: plain } })
   mix['plain file'] = await saturate(run, server.url, 'mix', () => [server.pid], CONNECTIONS)
   await server.stop()
   mix['follower'] = await saturate(run, follower.url, 'mix', () => [follower.pid], CONNECTIONS, () => [primary.pid])
   const primaryUs = mix['follower'].others_cpu_us
-  console.log(`  2. the mix at saturation, ${fmt(CONNECTIONS)} connections (CPU per request counts the follower's Litestream)`)
+  console.log(`  2. the mix at saturation, ${fmt(CONNECTIONS)} connections ` +
+    '(CPU per request counts the follower\'s Litestream)')
   printMix(mix)
-  console.log(`     the primary (its API and Litestream), taking the follower's writes: ${fmt(primaryUs, 1)} us a follower request`)
+  console.log('     the primary (its API and Litestream), taking the follower\'s writes: ' +
+    `${fmt(primaryUs, 1)} us a follower request`)
   return { statement, mix, errors: Object.values(mix).reduce((sum, r) => sum + r.errors, 0) }
 }
 
@@ -316,14 +333,18 @@ async function writesAndLag(run: Run, { n, primary, follower, followerDb }: Pair
   const count = n === 0 ? (quick ? 10 : 40) : quick ? 20 : 100
   const forwarded = await oneAtATime(run, follower.url, count, counters)
   const direct = await oneAtATime(run, primary.url, count, counters)
-  console.log('  3. one like at a time (CPU us per write: follower API, follower Litestream, primary API, primary Litestream)')
-  for (const [name, r] of Object.entries({ 'to the follower': forwarded, 'to the primary': direct })) console.log(`     ${name.padEnd(16)} ${writeText(r)}`)
+  console.log('  3. one like at a time ' +
+    '(CPU us per write: follower API, follower Litestream, primary API, primary Litestream)')
+  for (const [name, r] of Object.entries({ 'to the follower': forwarded, 'to the primary': direct })) {
+    console.log(`     ${name.padEnd(16)} ${writeText(r)}`)
+  }
   const idle = await lag(run, primary.url, followerDb, { posts: quick ? 5 : 20 })
   const rateCounters = [litestreamOf(primary), litestreamOf(follower), apiOf(follower)]
   const atRate = await lag(run, primary.url, followerDb, { rate: WRITE_RATE, seconds: quick ? 5 : 20 }, rateCounters)
   console.log(`  4. from a post's 201 on the primary to the follower's file: idle ${lagText(idle)}`)
   console.log(`     at the challenge's write rate (${fmt(atRate.writes_per_s)} writes/s): ${lagText(atRate)}; ` +
-    `CPU: the primary's Litestream ${fmt(atRate.cpu_per_s[0] * 100, 1)}% of a core, the follower's ${fmt(atRate.cpu_per_s[1] * 100, 1)}%, ` +
+    `CPU: the primary's Litestream ${fmt(atRate.cpu_per_s[0] * 100, 1)}% of a core, ` +
+    `the follower's ${fmt(atRate.cpu_per_s[1] * 100, 1)}%, ` +
     `the follower's Node ${fmt(atRate.cpu_per_s[2] * 100, 1)}%`)
   const errors = idle.errors + idle.not_seen_in_10_s + atRate.errors + atRate.not_seen_in_10_s
   return { result: { write: { forwarded, direct }, lag_idle: idle, lag_at_write_rate: atRate }, errors }
@@ -351,10 +372,12 @@ export async function main(argv: string[]) {
   const { values: args } = parseArgs({ args: argv, options: OPTIONS })
   const { seed, flags } = prepare(args.flags)
   const commit = commitOf(ROOT)
-  console.log(`bench ${new Date().toISOString()}: commit ${commit}, Node ${process.version}, ${cpus()[0].model} x${cpus().length}`)
+  const machine = `${cpus()[0].model} x${cpus().length}`
+  console.log(`bench ${new Date().toISOString()}: commit ${commit}, Node ${process.version}, ${machine}`)
   const { report, errors } = await clusterBench({ seed, quick: args.quick, flags })
   const file = resultsFile(commit, 'cluster')
-  writeFileSync(file, JSON.stringify({ date: new Date().toISOString(), commit, node: process.version, quick: args.quick, ...report }, null, 2))
+  const results = { date: new Date().toISOString(), commit, node: process.version, quick: args.quick, ...report }
+  writeFileSync(file, JSON.stringify(results, null, 2))
   console.log(`\nresults: ${file}`)
   if (errors) console.log(red(`${errors} bad responses`))
   process.exitCode = errors ? 1 : 0

@@ -152,9 +152,9 @@ export async function scoreBench({ seed, flags, full, estimate, commit, confirmF
   const logFile = join(RESULTS, `${new Date().toISOString().replace(/[:.]/g, '-')}-${commit}-score.log`)
   const s: Scoring = { seed, flags, levels: [], logFile, p: progress(logFile, performance.now()), remaining: () => 0 }
   const lengths = lengthsOf(full)
-  const box = boxCgroup('probe')
-  box.remove()
-  log(`score: the server on one core (taskset), ${box.note}; users on the other core; ` +
+  const probe = boxCgroup('probe')
+  probe.remove()
+  log(`score: the server on one core (taskset), ${probe.note}; users on the other core; ` +
     `${full ? 'the challenge\'s lengths (--full)' : 'shorter lengths than the challenge\'s (--full for those)'}`)
   const expected = Math.max(2500, estimate.users)
   s.remaining = () => levelSeconds(lengths.search) * (doublingsTo(expected) + 4) + levelSeconds(lengths.confirm)
@@ -179,11 +179,13 @@ export async function scoreBench({ seed, flags, full, estimate, commit, confirmF
   console.log(`measured in ${clock(s.p.elapsed())}: log ${logFile}`)
   if (cost) console.log(cost.line)
   const binds = printMemory(s.levels, score, confirmed)
-  console.log(`estimate from CPU alone, beside it: 0.8 x ${fmt(estimate.mix_rps)} mix req/s / ${USER_RATE} = ${fmt(estimate.users)} users on one core of this machine`)
+  console.log(`estimate from CPU alone, beside it: 0.8 x ${fmt(estimate.mix_rps)} mix req/s / ${USER_RATE} = ` +
+    `${fmt(estimate.users)} users on one core of this machine`)
   const line = scoreText(s.levels, score, confirmed)
   console.log(line)
-  const result = { box: { memory_mb: BOX_MEMORY_MB, files: BOX_FILES }, full, levels: s.levels, score: confirmed?.pass ? score : 0, confirmed }
-  return { ...result, processes_cost: cost, memory_binds_users: binds, line }
+  const box = { memory_mb: BOX_MEMORY_MB, files: BOX_FILES }
+  const scored = confirmed?.pass ? score : 0
+  return { box, full, levels: s.levels, score: scored, confirmed, processes_cost: cost, memory_binds_users: binds, line }
 }
 
 type Search = { full: boolean; lengths: ReturnType<typeof lengthsOf>; confirmFrom?: number; expected: number }
@@ -221,12 +223,13 @@ async function search(s: Scoring, { full, lengths, confirmFrom, expected }: Sear
 
 // One level: the server as shipped (its Node flags, WORKERS unset) on the server core, in a box's
 // cgroup, under a limit of open files when given one; the users on the other core (bench/hold.ts).
-async function level(s: Scoring, users: number, phase: string, { ramp, hold }: Lengths, nofile?: number): Promise<Level> {
+async function level(s: Scoring, users: number, phase: string, lengths: Lengths, nofile?: number): Promise<Level> {
+  const { ramp, hold } = lengths
   const cgroup = boxCgroup(String(s.levels.length))
   const node = nofile ? 'prlimit' : process.execPath
   const nodeFlags = nofile ? [`--nofile=${nofile}`, process.execPath, ...s.flags] : s.flags
-  const env = { HOST: '0.0.0.0' }
-  const server: Server = await benchServer(join(ROOT, 'dist', 'app.js'), { node, flags: nodeFlags, seed: s.seed, cgroup: cgroup.dir, env })
+  const shipped = { node, flags: nodeFlags, seed: s.seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } }
+  const server: Server = await benchServer(join(ROOT, 'dist', 'app.js'), shipped)
   const levelStarted = performance.now()
   // The copy of the seed was written from here: out of the page cache with it, so that the server's
   // reads are charged to its cgroup, as the box's page cache is to the box.
@@ -294,7 +297,9 @@ type Held = {
 
 // A level's figures, and whether it passed: p95 < 500 ms, p99 < 1 s, under 1% failed, every generator
 // and the server alive to the end, and within the box's memory.
-function levelOf(at: { users: number; phase: string; ramp: number; hold: number }, { arrival, tally, wall, cpuUs, memory, server, cgroup }: Held): Level {
+type At = { users: number; phase: string; ramp: number; hold: number }
+
+function levelOf(at: At, { arrival, tally, wall, cpuUs, memory, server, cgroup }: Held): Level {
   const failed = tally.sent + arrival.failedToConnect ? tally.errors / (tally.sent + arrival.failedToConnect) : 1
   const serverDied = server.child.exitCode !== null || server.child.signalCode !== null
   const output = server.stdout() + server.stderr()
@@ -309,10 +314,13 @@ function levelOf(at: { users: number; phase: string; ramp: number; hold: number 
   // Killed, or over the box's memory, or held back by the server's memory guard (server/memory.ts),
   // whose refused and closed connections count as failed requests above.
   const guarded = /^memory: .*(taking no more|closing idle)/m.test(output)
-  const outOfMemory = cgroup.oomKills() > 0 || memory.held > BOX_MEMORY_MB || server.child.signalCode === 'SIGKILL' || guarded
+  const killed = cgroup.oomKills() > 0 || server.child.signalCode === 'SIGKILL'
+  const outOfMemory = killed || memory.held > BOX_MEMORY_MB || guarded
   const complete = !tally.failure && !serverDied
   result.pass = complete && !outOfMemory && result.p95_ms < 500 && result.p99_ms < 1000 && failed < 0.01
-  if (!result.pass) result.limit = limitOf({ outOfMemory, said: output + result.error_example, server_cpu: result.server_cpu, failed, complete })
+  if (!result.pass) {
+    result.limit = limitOf({ outOfMemory, said: output + result.error_example, server_cpu: result.server_cpu, failed, complete })
+  }
   return result
 }
 
@@ -320,7 +328,8 @@ async function processesCost(s: Scoring, users: number, at: Level | undefined, l
   if (!at) return undefined
   const here = at.processes
   const onBox = Math.ceil(users / (BOX_FILES * 0.9))
-  if (here <= onBox) return { here, on_box: onBox, line: `processes: ${here} here, ${onBox} on the box (65,535 files each): the same` }
+  const counted = `processes: ${here} here, ${onBox} on the box (65,535 files each)`
+  if (here <= onBox) return { here, on_box: onBox, line: `${counted}: the same` }
   // The cost of the extra processes, at a level one process holds here: one, then as many as the score
   // needed, with a limit of files that splits the same users so.
   const same = Math.min(users, 15_000)
@@ -329,7 +338,7 @@ async function processesCost(s: Scoring, users: number, at: Level | undefined, l
   const ratio = many.cpu_us / one.cpu_us
   return {
     here, on_box: onBox, users: same, one, many, cpu_ratio: ratio,
-    line: `processes: ${here} here, ${onBox} on the box (65,535 files each); ${fmt(same)} users in ${many.processes} processes cost ` +
+    line: `${counted}; ${fmt(same)} users in ${many.processes} processes cost ` +
       `${fmt(ratio, 2)} x the CPU a request of one (${fmt(many.cpu_us, 1)} against ${fmt(one.cpu_us, 1)} us), ` +
       `${fmt(many.memory_peak_mb)} against ${fmt(one.memory_peak_mb)} MiB`,
   }
@@ -351,7 +360,8 @@ function printMemory(levels: Level[], score: number, confirmed: Level | undefine
     binds ??= Math.floor(warm.users + ((BOX_MEMORY_MB * 0.9 - warm.memory_peak_mb) * 1024) / perUser)
   }
   if (binds) {
-    console.log(`memory binds near ${fmt(binds)} users at that rate: there the memory guard takes no more connections (a tenth of ${fmt(BOX_MEMORY_MB)} MiB free)`)
+    console.log(`memory binds near ${fmt(binds)} users at that rate: there the memory guard takes no more connections ` +
+      `(a tenth of ${fmt(BOX_MEMORY_MB)} MiB free)`)
   }
   return binds
 }
@@ -362,7 +372,8 @@ function scoreText(levels: Level[], score: number, confirmed: Level | undefined)
   const holdText = `${clock(confirmed?.hold_s ?? 0).replace(/m00s$/, ' min')} hold`
   const tail = nextFailed ? `next level failed on ${nextFailed.limit}` : 'no level failed'
   if (!confirmed?.pass) return `score: 0 users (no level passed its confirmation); ${tail}`
-  const figures = `p95 ${fmt(confirmed.p95_ms, 1)} ms, p99 ${fmt(confirmed.p99_ms, 1)} ms, ${fmt(confirmed.failed * 100, 2)}% failed`
+  const { p95_ms, p99_ms, failed } = confirmed
+  const figures = `p95 ${fmt(p95_ms, 1)} ms, p99 ${fmt(p99_ms, 1)} ms, ${fmt(failed * 100, 2)}% failed`
   return `score: ${score} users (${holdText}, ${figures}); ${tail}`
 }
 
@@ -392,15 +403,15 @@ function printLevels(levels: Level[]) {
 // every request), with k6's own CPU beside it: a k6 that cannot keep its users' pace measures itself.
 type Check = { seed: Seed; flags: string[]; k6: string; users: number; ramp: number; hold: number }
 
-export async function k6Check({ users = 10_000, ramp = 60, hold = 60, ...rest }: { seed: Seed; flags: string[]; k6: string; users?: number; ramp?: number; hold?: number }) {
+export async function k6Check({ users = 10_000, ramp = 60, hold = 60, ...rest }: Partial<Check> & Omit<Check, 'users' | 'ramp' | 'hold'>) {
   const check: Check = { users, ramp, hold, ...rest }
   const k6Result = await k6Hold(check)
   const ours = await oursHold(check)
   console.log(`${fmt(users)} users, ${ramp} s ramp, ${hold} s hold, both over the hold:`)
-  console.log(`  k6 ${fmt(k6Result.rate)} req/s (${fmt(k6Result.requests)} requests), p95 ${fmt(k6Result.p95_ms, 2)} ms, ` +
-    `p99 ${fmt(k6Result.p99_ms, 2)} ms, ${fmt(k6Result.failed * 100, 2)}% failed, k6's CPU ${fmt(k6Result.cpu * 100)}% of its core (exit ${k6Result.exit})`)
-  console.log(`  bench/users.ts ${fmt(ours.rate)} req/s (${fmt(ours.requests)} requests), p95 ${fmt(ours.p95_ms, 2)} ms, ` +
-    `p99 ${fmt(ours.p99_ms, 2)} ms, ${fmt(ours.failed * 100, 2)}% failed`)
+  const said = (r: typeof ours) =>
+    `${fmt(r.rate)} req/s (${fmt(r.requests)} requests), p95 ${fmt(r.p95_ms, 2)} ms, p99 ${fmt(r.p99_ms, 2)} ms, ${fmt(r.failed * 100, 2)}% failed`
+  console.log(`  k6 ${said(k6Result)}, k6's CPU ${fmt(k6Result.cpu * 100)}% of its core (exit ${k6Result.exit})`)
+  console.log(`  bench/users.ts ${said(ours)}`)
   console.log(`  expected: ${fmt(users * USER_RATE)} req/s (${fmt(users)} x ${USER_RATE})`)
   return { users, ramp, hold, k6: k6Result, ours }
 }
@@ -476,7 +487,8 @@ async function oursHold({ seed, flags, users, ramp, hold }: Check) {
     if (failure) throw failure
     const sorted = tally.latencies
     const rate = tally.sent / tally.seconds
-    return { requests: tally.sent, rate, p95_ms: k6Percentile(sorted, 95), p99_ms: k6Percentile(sorted, 99), failed: tally.errors / Math.max(1, tally.sent) }
+    const failed = tally.errors / Math.max(1, tally.sent)
+    return { requests: tally.sent, rate, p95_ms: k6Percentile(sorted, 95), p99_ms: k6Percentile(sorted, 99), failed }
   } finally {
     usersHold.stop()
     await server.stop()
@@ -510,9 +522,12 @@ export async function main(argv: string[]) {
   const estimate = await estimateOf(seed, flags, commit)
   const result = await scoreBench({ seed, flags, full: args.full, estimate, commit, confirmFrom })
   const file = resultsFile(commit, 'score')
-  writeFileSync(file, JSON.stringify({ date: new Date().toISOString(), commit, node: process.version, estimate, ...result }, null, 2))
+  const results = { date: new Date().toISOString(), commit, node: process.version, estimate, ...result }
+  writeFileSync(file, JSON.stringify(results, null, 2))
   console.log(`results: ${file}`)
-  if (args.record) recordScore({ commit, full: args.full, score: result.score, estimate: Math.round(estimate.users), line: result.line })
+  if (args.record) {
+    recordScore({ commit, full: args.full, score: result.score, estimate: Math.round(estimate.users), line: result.line })
+  }
 }
 
 // The CPU estimate beside the score: the mix at saturation, against the ceiling, as the plain bench runs it.
@@ -528,7 +543,8 @@ async function estimateOf(seed: Seed, flags: string[], commit: string) {
 function recordScore(recorded: { commit: string; full: boolean; score: number; estimate: number; line: string }) {
   writeFileSync(SCORE_FILE, JSON.stringify({ date: new Date().toISOString(), ...recorded }, null, 2) + '\n')
   const chart = join(ROOT, 'bench', 'chart.svg')
-  const svg = readFileSync(chart, 'utf8').replace(/(<text x="16" y="46"[^>]*>)(?:score [^<]*Chart: )?/, (_, open) => `${open}${scoreLine()}`)
+  const caption = /(<text x="16" y="46"[^>]*>)(?:score [^<]*Chart: )?/
+  const svg = readFileSync(chart, 'utf8').replace(caption, (_, open) => `${open}${scoreLine()}`)
   writeFileSync(chart, svg)
   log('bench: wrote bench/score.json and the score into bench/chart.svg')
 }
