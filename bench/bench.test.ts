@@ -85,7 +85,7 @@ describe('bench/users.ts', () => {
   })
 })
 
-// What the users holds read of the server over their window (bench/run.ts): every thread's CPU and
+// What the users holds read of the server over their window (bench/users-comparison.ts): every thread's CPU and
 // context switches from /proc, and its syscalls from perf, or why perf could not count them.
 describe('harness/proc.ts and bench/lib.ts', () => {
   test('reads a server\'s CPU, context switches and syscalls over a window of requests', async () => {

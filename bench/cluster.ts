@@ -12,15 +12,17 @@
 //      challenge's write rate; 1 to 4 with Litestream's defaults (1 s), 3 and 4 again with a 100 ms sync
 //      interval and with the primary in LITESTREAM_SYNC=wait
 import { execFileSync } from 'node:child_process'
-import { copyFileSync, mkdirSync, readFileSync, rmSync } from 'node:fs'
+import { copyFileSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { cpus } from 'node:os'
 import { join } from 'node:path'
 import { DatabaseSync } from 'node:sqlite'
+import { parseArgs } from 'node:util'
 import { cpuTicks, processTree, TICK_US, treeCpuTicks } from '../harness/proc.ts'
 import { CACHE, type Seed } from '../harness/seed.ts'
 import type { Server } from '../harness/server.ts'
 import { sleep, until } from '../harness/time.ts'
-import { LITESTREAM } from '../harness/tools.ts'
-import { benchServer, fmt, LOAD_CORE, log, SERVER_CORE, wrk } from './lib.ts'
+import { LITESTREAM, ROOT } from '../harness/tools.ts'
+import { benchServer, commitOf, fmt, LOAD_CORE, log, prepare, red, resultsFile, SERVER_CORE, wrk } from './lib.ts'
 
 const POST = `SELECT json_object('post', json_object('id', p.id, 'body', p.body, 'created_at', p.created_at,
   'author', (SELECT username FROM users AS u WHERE u.id = p.user_id),
@@ -112,6 +114,37 @@ async function oneAtATime(run: Run, url: string, count: number, counters: (() =>
 // with `rate`, writes at that rate for `seconds` (likes and new posts, as the challenge writes), each
 // new post timed. The counters' CPU is given per second of the run.
 async function lag(run: Run, primaryUrl: string, replicaDb: string, { rate, seconds, posts }: { rate?: number; seconds?: number; posts?: number }, counters: (() => number)[] = []) {
+  const probe = lagProbe(run, primaryUrl, replicaDb)
+  const before = counters.map((ticks) => ticks())
+  const started = performance.now()
+  if (rate) {
+    const inFlight: Promise<void>[] = []
+    for (let i = 0; performance.now() - started < seconds! * 1000; await sleep(10)) {
+      const due = ((performance.now() - started) / 1000) * rate
+      for (; i < due; i++) inFlight.push(probe.write(i, Math.random() < CREATE_SHARE))
+    }
+    await Promise.all(inFlight)
+  } else {
+    for (let i = 0; i < posts!; i++) {
+      await probe.write(i, true)
+      await probe.seen(10_000)
+      await sleep(Math.random() * 1_000)
+    }
+  }
+  await probe.seen(10_000)
+  const elapsedS = (performance.now() - started) / 1000
+  const { lags, lost, written, errors, example } = await probe.stop()
+  return {
+    writes_per_s: written / elapsedS, timed: lags.length, p50_ms: at(lags, 0.5), p99_ms: at(lags, 0.99),
+    max_ms: lags.at(-1) ?? NaN, not_seen_in_10_s: lost, errors, example,
+    cpu_per_s: counters.map((ticks, i) => ((ticks() - before[i]) * TICK_US) / 1e6 / elapsedS),
+  }
+}
+
+// Writes to the primary, each new post's id kept until the replica's file holds it (read every 2 ms);
+// seen() waits, up to its deadline, for every post written so far; stop() gives each timed post's lag
+// (sorted), the posts not seen, and the writes and bad answers.
+function lagProbe(run: Run, primaryUrl: string, replicaDb: string) {
   const replica = new DatabaseSync(replicaDb, { readOnly: true, timeout: 5_000 })
   const newest = replica.prepare('SELECT max(id) AS id FROM posts')
   const seenUpTo = () => {
@@ -122,9 +155,7 @@ async function lag(run: Run, primaryUrl: string, replicaDb: string, { rate, seco
     }
   }
   const lags: number[] = []
-  let errors = 0
-  let example = ''
-  let written = 0
+  const counts = { written: 0, errors: 0, example: '' }
   const pending: { id: number; at: number }[] = []
   let seen = seenUpTo()
   let polling = true
@@ -144,11 +175,11 @@ async function lag(run: Run, primaryUrl: string, replicaDb: string, { rate, seco
     }).catch((error: Error) => ({ status: 0, text: async () => error.message }))
     const text = await res.text()
     if (!(res.status === 201 || (!create && res.status === 200))) {
-      errors++
-      example ||= `${res.status} ${text.slice(0, 80)}`
+      counts.errors++
+      counts.example ||= `${res.status} ${text.slice(0, 80)}`
       return
     }
-    written++
+    counts.written++
     if (!create) return
     const id = (JSON.parse(text) as { post: { id: number } }).post.id
     const now = performance.now()
@@ -156,32 +187,18 @@ async function lag(run: Run, primaryUrl: string, replicaDb: string, { rate, seco
     const later = pending.findIndex((p) => p.id > id) // answers may come out of order: kept by id
     pending.splice(later === -1 ? pending.length : later, 0, { id, at: now })
   }
-  const before = counters.map((ticks) => ticks())
-  const started = performance.now()
-  if (rate) {
-    const inFlight: Promise<void>[] = []
-    for (let i = 0; performance.now() - started < seconds! * 1000; await sleep(10)) {
-      for (const due = ((performance.now() - started) / 1000) * rate; i < due; i++) inFlight.push(write(i, Math.random() < CREATE_SHARE))
-    }
-    await Promise.all(inFlight)
-  } else {
-    for (let i = 0; i < posts!; i++) {
-      await write(i, true)
-      for (const deadline = performance.now() + 10_000; pending.length && performance.now() < deadline; ) await sleep(2)
-      await sleep(Math.random() * 1_000)
-    }
+  const seenAll = async (timeoutMs: number) => {
+    const deadline = performance.now() + timeoutMs
+    while (pending.length && performance.now() < deadline) await sleep(2)
   }
-  for (const deadline = performance.now() + 10_000; pending.length && performance.now() < deadline; ) await sleep(2)
-  const elapsedS = (performance.now() - started) / 1000
-  polling = false
-  await poller
-  replica.close()
-  const lost = pending.length // never seen within 10 s
-  lags.sort((x, y) => x - y)
-  return {
-    writes_per_s: written / elapsedS, timed: lags.length, p50_ms: at(lags, 0.5), p99_ms: at(lags, 0.99), max_ms: lags.at(-1) ?? NaN,
-    not_seen_in_10_s: lost, errors, example, cpu_per_s: counters.map((ticks, i) => ((ticks() - before[i]) * TICK_US) / 1e6 / elapsedS),
+  const stop = async () => {
+    polling = false
+    await poller
+    replica.close()
+    lags.sort((x, y) => x - y)
+    return { lags, lost: pending.length, ...counts } // lost: never seen within 10 s
   }
+  return { write, seen: seenAll, stop }
 }
 const lagText = (l: Awaited<ReturnType<typeof lag>>) =>
   `p50 ${fmt(l.p50_ms, 1)} ms, p99 ${fmt(l.p99_ms, 1)} ms, max ${fmt(l.max_ms, 1)} ms (${fmt(l.timed)} posts)` +
@@ -219,78 +236,118 @@ const SYNC_SETTINGS: { name: string; env: Record<string, string> }[] = [
 ]
 
 async function followersBench(run: Run, flags: string[], plain: string, dir: string) {
-  const { quick } = run
-  const report: Record<string, unknown> = { settings: {} }
-  const start = join(import.meta.dirname, '..', 'dist', 'start.js')
+  const settings: Record<string, unknown> = {}
+  const report: Record<string, unknown> = { settings }
   const version = execFileSync(LITESTREAM!, ['version'], { encoding: 'utf8' }).trim()
-  console.log(`\nLitestream followers: ${version}, a file replica; the follower (its API and Litestream) on core ${SERVER_CORE}, wrk and the primary on core ${LOAD_CORE}`)
+  console.log(`\nLitestream followers: ${version}, a file replica; ` +
+    `the follower (its API and Litestream) on core ${SERVER_CORE}, ` +
+    `wrk and the primary on core ${LOAD_CORE}`)
   let errors = 0
   for (const [n, setting] of SYNC_SETTINGS.entries()) {
-    const replicaUrl = `file://${join(dir, `replica-${n}`)}`
-    const env = { LITESTREAM_BIN: LITESTREAM!, LITESTREAM_REPLICA_URL: replicaUrl }
     const started: Server[] = []
     try {
-      log(`bench: Litestream, ${setting.name}: a primary, its first snapshot, then a follower restoring it`)
-      const primary = await benchServer(start, { flags, seed: run.seed, cores: LOAD_CORE, workdir: join(dir, `primary-${n}`), env: { ...env, ...setting.env }, timeoutMs: 60_000 })
-      started.push(primary)
-      // Its first snapshot, and its first level-1 compaction, which rereads the whole snapshot 30 s after
-      // a start: neither weighs on a box that runs, so neither is measured (--quick waits for the first).
-      await until(() => (quick ? /snapshot complete/ : /snapshot complete[^]*compaction complete.*level=1/).test(primary.stdout()), 90_000, 'the primary\'s first snapshot')
-      const followerDir = join(dir, `follower-${n}`)
-      const follower = await benchServer(start, { flags, workdir: followerDir, env: { ...env, PRIMARY_API_URL: primary.url }, timeoutMs: 120_000 })
-      started.push(follower)
-      const followerDb = join(followerDir, 'feed.db')
-      const litestreamOf = (server: Server) => () => ticksOf(server.pid, true)
-      const apiOf = (server: Server) => () => ticksOf(server.pid, false)
+      const { primary, follower, followerDb } = await startPair(run, { flags, dir, n, setting }, started)
       const result: Record<string, unknown> = {}
       console.log(`\n  ${setting.name}`)
-
       if (n === 0) {
-        // 1. The statement alone on the follower's file, and on a plain copy, in this process.
-        const statements = { plain: statementCost(plain, { quick }), follower: statementCost(followerDb, { quick, readOnly: true, pid: follower.pid }) }
-        result.statement = statements
-        console.log('  1. the post statement alone, CPU per query (us)')
-        for (const [name, s] of Object.entries(statements)) console.log(`     ${name.padEnd(10)} node ${fmt(s.node_us, 1).padStart(6)}  litestream ${fmt(s.replication_us, 1).padStart(6)}  total ${fmt(s.node_us + s.replication_us, 1).padStart(6)}`)
-
-        // 2. The mix: a plain file, then the follower; 2,000 connections each, so that the writes
-        // waiting a second or two for the follower to have them leave enough connections to saturate it.
-        const mix: Record<string, Saturation> = {}
-        const server = await benchServer(join(import.meta.dirname, '..', 'dist', 'app.js'), { flags, env: { SQLITE_PATH: plain } })
-        mix['plain file'] = await saturate(run, server.url, 'mix', () => [server.pid], CONNECTIONS)
-        await server.stop()
-        mix['follower'] = await saturate(run, follower.url, 'mix', () => [follower.pid], CONNECTIONS, () => [primary.pid])
-        result.mix = mix
-        const primaryUs = mix['follower'].others_cpu_us
-        console.log(`  2. the mix at saturation, ${fmt(CONNECTIONS)} connections (CPU per request counts the follower's Litestream)`)
-        printMix(mix)
-        console.log(`     the primary (its API and Litestream), taking the follower's writes: ${fmt(primaryUs, 1)} us a follower request`)
-        errors += Object.values(mix).reduce((sum, r) => sum + r.errors, 0)
+        const first = await statementAndMix(run, { flags, plain, primary, follower, followerDb })
+        Object.assign(result, { statement: first.statement, mix: first.mix })
+        errors += first.errors
       }
-
-      // 3. One like at a time, forwarded by the follower, then sent to the primary.
-      const counters = [apiOf(follower), litestreamOf(follower), apiOf(primary), litestreamOf(primary)]
-      const count = n === 0 ? (quick ? 10 : 40) : quick ? 20 : 100
-      const forwarded = await oneAtATime(run, follower.url, count, counters)
-      const direct = await oneAtATime(run, primary.url, count, counters)
-      result.write = { forwarded, direct }
-      console.log('  3. one like at a time (CPU us per write: follower API, follower Litestream, primary API, primary Litestream)')
-      for (const [name, r] of Object.entries({ 'to the follower': forwarded, 'to the primary': direct })) console.log(`     ${name.padEnd(16)} ${writeText(r)}`)
-
-      // 4. Lag, idle and at the challenge's write rate, with the CPU each Litestream spends at it.
-      const idle = await lag(run, primary.url, followerDb, { posts: quick ? 5 : 20 })
-      const atRate = await lag(run, primary.url, followerDb, { rate: WRITE_RATE, seconds: quick ? 5 : 20 }, [litestreamOf(primary), litestreamOf(follower), apiOf(follower)])
-      result.lag_idle = idle
-      result.lag_at_write_rate = atRate
-      console.log(`  4. from a post's 201 on the primary to the follower's file: idle ${lagText(idle)}`)
-      console.log(`     at the challenge's write rate (${fmt(atRate.writes_per_s)} writes/s): ${lagText(atRate)}; ` +
-        `CPU: the primary's Litestream ${fmt(atRate.cpu_per_s[0] * 100, 1)}% of a core, the follower's ${fmt(atRate.cpu_per_s[1] * 100, 1)}%, the follower's Node ${fmt(atRate.cpu_per_s[2] * 100, 1)}%`)
-      errors += idle.errors + idle.not_seen_in_10_s + atRate.errors + atRate.not_seen_in_10_s
-      ;(report.settings as Record<string, unknown>)[setting.name] = result
+      const later = await writesAndLag(run, { n, primary, follower, followerDb })
+      Object.assign(result, later.result)
+      errors += later.errors
+      settings[setting.name] = result
     } finally {
       for (const server of started.reverse()) await server.stop().catch(() => {})
     }
   }
   return { report, errors }
+}
+
+const START = join(import.meta.dirname, '..', 'dist', 'start.js')
+type Pair = { primary: Server; follower: Server; followerDb: string }
+
+// A primary under `litestream replicate`, past its first snapshot, and a follower restoring its
+// replica; each pushed onto started as it starts, for the caller to stop.
+type Setting = { flags: string[]; dir: string; n: number; setting: (typeof SYNC_SETTINGS)[number] }
+
+async function startPair(run: Run, { flags, dir, n, setting }: Setting, started: Server[]): Promise<Pair> {
+  const replicaUrl = `file://${join(dir, `replica-${n}`)}`
+  const env = { LITESTREAM_BIN: LITESTREAM!, LITESTREAM_REPLICA_URL: replicaUrl }
+  log(`bench: Litestream, ${setting.name}: a primary, its first snapshot, then a follower restoring it`)
+  const primaryEnv = { ...env, ...setting.env }
+  const workdir = join(dir, `primary-${n}`)
+  const primary = await benchServer(START, { flags, seed: run.seed, cores: LOAD_CORE, workdir, env: primaryEnv, timeoutMs: 60_000 })
+  started.push(primary)
+  // Its first snapshot, and its first level-1 compaction, which rereads the whole snapshot 30 s after
+  // a start: neither weighs on a box that runs, so neither is measured (--quick waits for the first).
+  const ready = run.quick ? /snapshot complete/ : /snapshot complete[^]*compaction complete.*level=1/
+  await until(() => ready.test(primary.stdout()), 90_000, 'the primary\'s first snapshot')
+  const followerDir = join(dir, `follower-${n}`)
+  const followerEnv = { ...env, PRIMARY_API_URL: primary.url }
+  const follower = await benchServer(START, { flags, workdir: followerDir, env: followerEnv, timeoutMs: 120_000 })
+  started.push(follower)
+  return { primary, follower, followerDb: join(followerDir, 'feed.db') }
+}
+
+// 1. The statement alone on the follower's file, and on a plain copy, in this process; 2. the mix: a
+// plain file, then the follower; 2,000 connections each, so that the writes waiting a second or two
+// for the follower to have them leave enough connections to saturate it.
+type Plain = Pair & { flags: string[]; plain: string }
+
+async function statementAndMix(run: Run, { flags, plain, primary, follower, followerDb }: Plain) {
+  const { quick } = run
+  const statement = {
+    plain: statementCost(plain, { quick }),
+    follower: statementCost(followerDb, { quick, readOnly: true, pid: follower.pid }),
+  }
+  console.log('  1. the post statement alone, CPU per query (us)')
+  for (const [name, s] of Object.entries(statement)) {
+    console.log(`     ${name.padEnd(10)} node ${fmt(s.node_us, 1).padStart(6)}  ` +
+      `litestream ${fmt(s.replication_us, 1).padStart(6)}  ` +
+      `total ${fmt(s.node_us + s.replication_us, 1).padStart(6)}`)
+  }
+  const mix: Record<string, Saturation> = {}
+  const app = join(import.meta.dirname, '..', 'dist', 'app.js')
+  const server = await benchServer(app, { flags, env: { SQLITE_PATH: plain } })
+  mix['plain file'] = await saturate(run, server.url, 'mix', () => [server.pid], CONNECTIONS)
+  await server.stop()
+  mix['follower'] = await saturate(run, follower.url, 'mix', () => [follower.pid], CONNECTIONS, () => [primary.pid])
+  const primaryUs = mix['follower'].others_cpu_us
+  console.log(`  2. the mix at saturation, ${fmt(CONNECTIONS)} connections ` +
+    '(CPU per request counts the follower\'s Litestream)')
+  printMix(mix)
+  console.log('     the primary (its API and Litestream), taking the follower\'s writes: ' +
+    `${fmt(primaryUs, 1)} us a follower request`)
+  return { statement, mix, errors: Object.values(mix).reduce((sum, r) => sum + r.errors, 0) }
+}
+
+// 3. One like at a time, forwarded by the follower, then sent to the primary; 4. lag, idle and at the
+// challenge's write rate, with the CPU each Litestream spends at it.
+async function writesAndLag(run: Run, { n, primary, follower, followerDb }: Pair & { n: number }) {
+  const { quick } = run
+  const litestreamOf = (server: Server) => () => ticksOf(server.pid, true)
+  const apiOf = (server: Server) => () => ticksOf(server.pid, false)
+  const counters = [apiOf(follower), litestreamOf(follower), apiOf(primary), litestreamOf(primary)]
+  const count = n === 0 ? (quick ? 10 : 40) : quick ? 20 : 100
+  const forwarded = await oneAtATime(run, follower.url, count, counters)
+  const direct = await oneAtATime(run, primary.url, count, counters)
+  console.log('  3. one like at a time ' +
+    '(CPU us per write: follower API, follower Litestream, primary API, primary Litestream)')
+  for (const [name, r] of Object.entries({ 'to the follower': forwarded, 'to the primary': direct })) {
+    console.log(`     ${name.padEnd(16)} ${writeText(r)}`)
+  }
+  const idle = await lag(run, primary.url, followerDb, { posts: quick ? 5 : 20 })
+  const rateCounters = [litestreamOf(primary), litestreamOf(follower), apiOf(follower)]
+  const atRate = await lag(run, primary.url, followerDb, { rate: WRITE_RATE, seconds: quick ? 5 : 20 }, rateCounters)
+  console.log(`  4. from a post's 201 on the primary to the follower's file: idle ${lagText(idle)}`)
+  console.log(`     at the challenge's write rate (${fmt(atRate.writes_per_s)} writes/s): ${lagText(atRate)}; ` +
+    `CPU: the primary's Litestream ${fmt(atRate.cpu_per_s[0] * 100, 1)}% of a core, ` +
+    `the follower's ${fmt(atRate.cpu_per_s[1] * 100, 1)}%, ` +
+    `the follower's Node ${fmt(atRate.cpu_per_s[2] * 100, 1)}%`)
+  const errors = idle.errors + idle.not_seen_in_10_s + atRate.errors + atRate.not_seen_in_10_s
+  return { result: { write: { forwarded, direct }, lag_idle: idle, lag_at_write_rate: atRate }, errors }
 }
 
 // The figures to choose a setting by, from this run.
@@ -306,4 +363,22 @@ function summary(report: Record<string, any>) {
     console.log(`   ${setting.name.padEnd(32)} ${pair(r.write.forwarded.p50_ms, r.write.forwarded.p99_ms).padEnd(26)} ${pair(r.lag_idle.p50_ms, r.lag_idle.p99_ms).padEnd(22)} ` +
       `${pair(r.lag_at_write_rate.p50_ms, r.lag_at_write_rate.p99_ms).padEnd(22)} ${fmt(r.lag_at_write_rate.cpu_per_s[0] * 100, 1)}% of a core`)
   }
+}
+
+const OPTIONS = { quick: { type: 'boolean', default: false }, flags: { type: 'string' } } as const
+
+// --cluster: the followers measured, into a results file; fails on any bad response.
+export async function main(argv: string[]) {
+  const { values: args } = parseArgs({ args: argv, options: OPTIONS })
+  const { seed, flags } = prepare(args.flags)
+  const commit = commitOf(ROOT)
+  const machine = `${cpus()[0].model} x${cpus().length}`
+  console.log(`bench ${new Date().toISOString()}: commit ${commit}, Node ${process.version}, ${machine}`)
+  const { report, errors } = await clusterBench({ seed, quick: args.quick, flags })
+  const file = resultsFile(commit, 'cluster')
+  const results = { date: new Date().toISOString(), commit, node: process.version, quick: args.quick, ...report }
+  writeFileSync(file, JSON.stringify(results, null, 2))
+  console.log(`\nresults: ${file}`)
+  if (errors) console.log(red(`${errors} bad responses`))
+  process.exitCode = errors ? 1 : 0
 }

@@ -17,15 +17,20 @@
 //   --against <ref>   the same for that build; a difference is called only past 3 x the A/A noise
 //   --check           CI's guard: the mix's warm instructions against bench/instructions.json
 //   --record          writes this machine's baseline into bench/instructions.json
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process'
+//
+//   npm run bench -- --instructions [--only mix] [--against <ref>] [--check | --record] [--n 2000]
+//                                   [--flags=<node flags>]
+import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { cpus } from 'node:os'
 import { join } from 'node:path'
+import { parseArgs } from 'node:util'
 import { processTree } from '../harness/proc.ts'
 import { CACHE, DEFAULT_SECRET, type Seed } from '../harness/seed.ts'
 import { ROOT } from '../harness/tools.ts'
-import { fmt, log, RESULTS } from './lib.ts'
+import { buildAgainst, commitOf, fmt, log, prepare, RESULTS, resultsFile } from './lib.ts'
+import { endpointsOf } from './saturation.ts'
 import { KINDS, send, sequence, type Kind } from './sequence.ts'
 
 // Requests a window: the first n warm the JIT up, the next n are counted. --n sets it (the guard's is 2,000).
@@ -323,7 +328,43 @@ export function recordBaseline(result: Awaited<ReturnType<typeof instructionsBen
 
 export function saveResult(result: object, commit: string) {
   mkdirSync(RESULTS, { recursive: true })
-  const file = join(RESULTS, `${new Date().toISOString().replace(/[:.]/g, '-')}-${commit}-instructions.json`)
+  const file = resultsFile(commit, 'instructions')
   writeFileSync(file, JSON.stringify(result, null, 2))
   console.log(`\nresults: ${file}`)
+}
+
+const OPTIONS = {
+  only: { type: 'string' },
+  against: { type: 'string' },
+  check: { type: 'boolean', default: false },
+  record: { type: 'boolean', default: false },
+  n: { type: 'string' },
+  flags: { type: 'string' },
+} as const
+
+// --instructions: the count of --only's kinds (every one by default), ours, the floor and --against's
+// build, into a results file; --record makes it this machine's baseline; --check is CI's guard.
+export async function main(argv: string[]) {
+  const { values: args } = parseArgs({ args: argv, options: OPTIONS })
+  const kinds = endpointsOf(args.only, [...KINDS]).filter((e) => e !== 'ceiling') as Kind[]
+  if (args.check && args.n) throw new Error('--check counts with the baseline\'s n; leave --n out')
+  if (args.record && args.n) throw new Error('--record writes the guard\'s baseline, counted with its n; leave --n out')
+  const { seed, flags } = prepare(args.flags)
+  const packages: Record<string, string> = { valgrind: 'valgrind', setarch: 'util-linux', perf: 'linux-perf' }
+  // The guard counts instructions only: no perf.
+  const needed = Object.keys(packages).filter((tool) => tool !== 'perf' || !args.check)
+  const missing = needed.filter((tool) => spawnSync('which', [tool]).status !== 0)
+  if (missing.length) {
+    throw new Error(`--instructions needs ${missing.join(', ')}: apt-get install ${missing.map((t) => packages[t]).join(' ')}`)
+  }
+  if (args.check) {
+    process.exitCode = (await checkBaseline({ seed, flags })) ? 0 : 1
+    return
+  }
+  const against = args.against ? { ref: args.against, app: buildAgainst(args.against) } : undefined
+  const commit = commitOf(ROOT)
+  console.log(`bench ${new Date().toISOString()}: commit ${commit}, Node ${process.version}`)
+  const result = await instructionsBench({ seed, flags, only: kinds, against, n: args.n ? Number(args.n) : undefined })
+  saveResult({ date: new Date().toISOString(), commit, node: process.version, ...result }, commit)
+  if (args.record) recordBaseline(result, commit)
 }

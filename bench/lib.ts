@@ -5,8 +5,8 @@ import { once } from 'node:events'
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { cpuTicks, TICK_US } from '../harness/proc.ts'
-import { CACHE, DEFAULT_SECRET, type Seed } from '../harness/seed.ts'
-import { startServer, type Server } from '../harness/server.ts'
+import { CACHE, DEFAULT_SECRET, type Seed, seededDatabase } from '../harness/seed.ts'
+import { type Server, shippedNodeFlags, startServer } from '../harness/server.ts'
 import { ROOT } from '../harness/tools.ts'
 
 export const RESULTS = join(ROOT, 'bench', 'results')
@@ -18,6 +18,48 @@ export const sh = (cmd: string, argv: string[], cwd = ROOT) => execFileSync(cmd,
 export const log = (line: string) => console.error(line)
 // A figure as the reports print it: thousands separated, `digits` decimals.
 export const fmt = (n: number, digits = 0) => n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
+
+const color = (code: number) => (text: string) => (process.stdout.isTTY ? `\x1b[${code}m${text}\x1b[0m` : text)
+export const red = color(31)
+export const green = color(32)
+export const yellow = color(33)
+
+// What every mode does first: the tools, a fresh build, the folders, the seeded database; and the
+// servers' Node flags, --flags or else the shipped ones.
+export function prepare(flags: string | undefined) {
+  ensureTools()
+  execFileSync(process.execPath, ['build.mjs'], { cwd: ROOT, stdio: 'ignore' })
+  mkdirSync(CACHE, { recursive: true })
+  mkdirSync(RESULTS, { recursive: true })
+  return { seed: seededDatabase(), flags: flags === undefined ? shippedNodeFlags() : flags.split(' ').filter(Boolean) }
+}
+
+// The commit measured, +dirty when tracked files differ from it (but for the two that --record writes).
+export function commitOf(dir: string) {
+  const sha = sh('git', ['rev-parse', '--short', 'HEAD'], dir)
+  const pathspec = ['--', '.', ':!BENCHMARKS.md', ':!bench/chart.svg']
+  const changed = sh('git', ['status', '--porcelain', '--untracked-files=no', ...pathspec], dir)
+  return changed ? `${sha}+dirty` : sha
+}
+
+// The other build for --against: a worktree of that ref, installed and built, reused while the ref is.
+export function buildAgainst(ref: string): string {
+  const sha = sh('git', ['rev-parse', ref])
+  const dir = join(CACHE, `against-${sha.slice(0, 12)}`)
+  if (!existsSync(join(dir, 'dist', 'app.js'))) {
+    log(`bench: building ${ref} (${sha.slice(0, 8)}) in ${dir}`)
+    rmSync(dir, { recursive: true, force: true })
+    spawnSync('git', ['worktree', 'prune'], { cwd: ROOT })
+    sh('git', ['worktree', 'add', '--detach', dir, sha])
+    execFileSync('npm', ['ci', '--ignore-scripts', '--no-audit', '--no-fund'], { cwd: dir, stdio: 'ignore' })
+    execFileSync(process.execPath, ['build.mjs'], { cwd: dir, stdio: 'ignore' })
+  }
+  return join(dir, 'dist', 'app.js')
+}
+
+// A results file's name: the time, the commit and what it holds.
+export const resultsFile = (commit: string, kind = '') =>
+  join(RESULTS, `${new Date().toISOString().replace(/[:.]/g, '-')}-${commit}${kind && `-${kind}`}.json`)
 
 export function ensureTools() {
   const missing = ['wrk', 'taskset'].filter((tool) => spawnSync('which', [tool]).status !== 0)

@@ -127,6 +127,31 @@ function heapSelf(head: HeapNode) {
   return { nodes, self }
 }
 
+type Cost = { requests: number; userUs: number; systemUs: number; allocated?: Map<number, number> }
+
+// The profile's shares by where the code came from, each with its cost a request: CPU time, or with
+// --alloc the bytes allocated (sampled).
+function printShares(what: string, tree: ReturnType<typeof summarize>, { requests, userUs, systemUs, allocated }: Cost) {
+  const perRequest = (userUs + systemUs) / requests
+  let unit = 'us'
+  let each = perRequest
+  if (allocated) {
+    unit = 'B'
+    each = [...allocated.values()].reduce((sum, bytes) => sum + bytes, 0) / requests
+    console.log(`${what}, ${each.toFixed(0)} bytes allocated by V8 each (sampled)`)
+    console.log('share of the bytes, by where the allocating code came from:')
+  } else {
+    const share = (us: number) => ((100 * us) / (userUs + systemUs)).toFixed(0)
+    console.log(`${what}, ${perRequest.toFixed(1)} us CPU each ` +
+      `(user ${share(userUs)}%, kernel ${share(systemUs)}% of the process's CPU)`)
+    console.log('share of the JS thread\'s samples (not idle), by where the code came from:')
+  }
+  for (const c of tree) {
+    console.log(`  ${(100 * c.share).toFixed(1).padStart(5)}%  ${c.category}   ~${(c.share * each).toFixed(allocated ? 0 : 1)} ${unit}/req`)
+    for (const f of c.functions) if (f.share >= 0.003) console.log(`           ${(100 * f.share).toFixed(1).padStart(5)}%  ${f.fn}`)
+  }
+}
+
 async function main() {
   ensureTools()
   const outdir = join(CACHE, 'profile-build')
@@ -163,22 +188,7 @@ async function main() {
     const { nodes, self } = args.alloc ? heapSelf((profile as { head: HeapNode }).head) : cpuSelf(profile as Profile)
     const tree = summarize(nodes, self, map, bundle.split('/').at(-1)!, Number(args.top))
     const what = `${endpoint}${args.floor ? ' (the floor)' : ''}: ${result.requests.toLocaleString('en')} requests in ${SECONDS} s`
-    let unit = 'us'
-    let each = perRequest
-    if (args.alloc) {
-      unit = 'B'
-      each = [...self.values()].reduce((sum, bytes) => sum + bytes, 0) / result.requests
-      console.log(`${what}, ${each.toFixed(0)} bytes allocated by V8 each (sampled)`)
-      console.log('share of the bytes, by where the allocating code came from:')
-    } else {
-      console.log(`${what}, ${perRequest.toFixed(1)} us CPU each ` +
-        `(user ${((100 * userUs) / (userUs + systemUs)).toFixed(0)}%, kernel ${((100 * systemUs) / (userUs + systemUs)).toFixed(0)}% of the process's CPU)`)
-      console.log('share of the JS thread\'s samples (not idle), by where the code came from:')
-    }
-    for (const c of tree) {
-      console.log(`  ${(100 * c.share).toFixed(1).padStart(5)}%  ${c.category}   ~${(c.share * each).toFixed(args.alloc ? 0 : 1)} ${unit}/req`)
-      for (const f of c.functions) if (f.share >= 0.003) console.log(`           ${(100 * f.share).toFixed(1).padStart(5)}%  ${f.fn}`)
-    }
+    printShares(what, tree, { requests: result.requests, userUs, systemUs, allocated: args.alloc ? self : undefined })
     mkdirSync(RESULTS, { recursive: true })
     const stamp = new Date().toISOString().replace(/[:.]/g, '-')
     const file = `${name}-${stamp}.${args.alloc ? 'heapprofile' : 'cpuprofile'}`

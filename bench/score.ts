@@ -1,6 +1,10 @@
 // npm run bench -- --score [--full]: the challenge's score, found the way the challenge finds it, in the
 // box's limits on this machine (bench/README.md, "The score").
 //
+//   npm run bench -- --score [--full] [--record] [--flags=<node flags>]
+//   npm run bench -- --score --full --confirm-from <users>   only its warm-up and confirmation, from there down
+//   npm run bench -- --score --k6 <k6 binary>                its users generator against the real k6, at 10,000 users
+//
 // The challenge: 1,000 users for 2 minutes as a warm-up; then from 2,500 users, doubling until a level
 // fails, then narrowing to within 250; the best level confirmed by a 5-minute hold (after a 60 s ramp).
 // A level passes at p95 < 500 ms, p99 < 1 s and under 1% failed requests. Here every user is one
@@ -10,20 +14,22 @@ import { execFileSync, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { appendFileSync, existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { parseArgs } from 'node:util'
 import { cpuTicks, processTree, TICK_US, treeCpuTicks } from '../harness/proc.ts'
 import { CACHE, type Seed } from '../harness/seed.ts'
 import type { Server } from '../harness/server.ts'
 import { ROOT } from '../harness/tools.ts'
-import { benchServer, fmt, LOAD_CORE, log, RESULTS, usersGenerator, WORKDIR } from './lib.ts'
+import { type Arrival, startUsers, type Tally, USER_RATE } from './hold.ts'
+import { benchServer, commitOf, fmt, LOAD_CORE, log, prepare, RESULTS, resultsFile, WORKDIR } from './lib.ts'
+import { SCORE_FILE, scoreLine } from './report.ts'
+import { saturate, settingsOf, type Variant } from './saturation.ts'
 
-const USER_RATE = 0.106 // requests a second per user, the k6 loop's average
 // A 2 GB droplet's kernel shows about 1,967 MiB; Ubuntu 24.04 at rest holds about 320 MiB of it (systemd
 // and journald, snapd, multipathd, the droplet agent, sshd): our estimate of what is left for the
 // server, its page cache and the kernel memory its sockets take.
 const BOX_MEMORY_MB = 1650
 const BOX_FILES = 65_535 // LimitNOFILE of the challenge's systemd unit
 const STEP = 250
-const PER_GENERATOR = 18_000 // users a generator holds: its own open files, and ports per address
 
 type Limit = 'cpu' | 'memory' | 'files' | 'latency' | 'errors'
 type Level = {
@@ -119,163 +125,228 @@ export function limitOf(level: { outOfMemory: boolean; said: string; server_cpu:
   return 'latency'
 }
 
+type Lengths = { ramp: number; hold: number }
+type Progress = ReturnType<typeof progress>
+
+// A score run as it goes: the server's seed and flags, the levels so far (each also a line of the log),
+// the progress line, and how long is left of the run besides the level under way.
+type Scoring = { seed: Seed; flags: string[]; levels: Level[]; logFile: string; p: Progress; remaining: () => number }
+
+// The challenge's lengths with --full; shorter by default, to fit in about 20 minutes.
+const lengthsOf = (full: boolean) => ({
+  warmup: full ? { ramp: 30, hold: 120 } : { ramp: 15, hold: 30 },
+  search: full ? { ramp: 60, hold: 60 } : { ramp: 30, hold: 30 },
+  confirm: full ? { ramp: 60, hold: 300 } : { ramp: 60, hold: 60 },
+})
+const levelSeconds = (l: Lengths) => l.ramp + l.hold + 15
+// The search's levels from 2,500 to the expected score, doubling.
+const doublingsTo = (expected: number) => Math.max(1, Math.ceil(Math.log2(expected / 2500)) + 1)
+
 export async function scoreBench({ seed, flags, full, estimate, commit, confirmFrom }: {
   seed: Seed; flags: string[]; full: boolean; commit: string
   // Skip the search and the narrowing: the confirmation starts here (a level an earlier run found).
   confirmFrom?: number
   estimate: { users: number; mix_rps: number; mix_cpu_us: number; c0_us: number }
 }) {
-  const started = performance.now()
   mkdirSync(RESULTS, { recursive: true })
   const logFile = join(RESULTS, `${new Date().toISOString().replace(/[:.]/g, '-')}-${commit}-score.log`)
-  const p = progress(logFile, started)
-  // The challenge's lengths with --full; shorter by default, to fit in about 20 minutes.
-  const WARMUP = full ? { ramp: 30, hold: 120 } : { ramp: 15, hold: 30 }
-  const SEARCH = full ? { ramp: 60, hold: 60 } : { ramp: 30, hold: 30 }
-  const CONFIRM = full ? { ramp: 60, hold: 300 } : { ramp: 60, hold: 60 }
-  const levels: Level[] = []
-  const levelSeconds = (l: { ramp: number; hold: number }) => l.ramp + l.hold + 15
-  let remaining = () => 0
-
-  async function level(users: number, phase: string, { ramp, hold }: { ramp: number; hold: number }, nofile?: number): Promise<Level> {
-    const cgroup = boxCgroup(String(levels.length))
-    // The server as shipped (its Node flags, WORKERS unset), on the server core, in the cgroup.
-    const node = nofile ? 'prlimit' : process.execPath
-    const nodeFlags = nofile ? [`--nofile=${nofile}`, process.execPath, ...flags] : flags
-    const server: Server = await benchServer(join(ROOT, 'dist', 'app.js'), { node, flags: nodeFlags, seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } })
-    const levelStarted = performance.now()
-    // The copy of the seed was written from here: out of the page cache with it, so that the server's
-    // reads are charged to its cgroup, as the box's page cache is to the box.
-    execFileSync('dd', [`if=${join(WORKDIR, 'feed.db')}`, 'iflag=nocache', 'count=0', 'status=none'])
-    const count = Math.ceil(users / PER_GENERATOR)
-    const generators = Array.from({ length: count }, (_, i) => {
-      const share = Math.floor(users / count) + (i < users % count ? 1 : 0)
-      const latencies = join(CACHE, `score-latencies-${process.pid}-${i}.json`)
-      // Each generator to its own loopback address of the server: about 28,000 ports per address pair.
-      const url = server.url.replace('127.0.0.1', `127.0.0.${1 + i}`)
-      return { latencies, ...usersGenerator({ url, connections: share, tokens: seed.tokens, latencies, idle: 0, hold, ramp, loopOnArrival: true }) }
-    })
-    let peak = 0
-    let held = 0
-    let atPeak: Level['memory_at_peak'] = { rss_mb: 0, cache_mb: 0, sockets_mb: 0, kernel_mb: 0 }
-    let processes = 0
-    let phaseName = 'ramp'
-    let phaseStarted = performance.now()
-    const sample = () => {
-      try {
-        const charged = cgroup.charged()
-        const parts = cgroup.parts()
-        if (charged > peak) (peak = charged), (atPeak = parts ?? atPeak)
-        if (parts) held = Math.max(held, parts.rss_mb + parts.kernel_mb + parts.sockets_mb)
-        processes = Math.max(processes, processTree(server.pid).length)
-      } catch {} // the server gone: said below
-      const inPhase = (performance.now() - phaseStarted) / 1000
-      const length = phaseName === 'ramp' ? ramp : hold
-      p.say(`${phase}: ${fmt(users)} users, ${phaseName} ${fmt(Math.min(inPhase, length))}/${length} s, ${processes} process${processes > 1 ? 'es' : ''}, ` +
-        `${fmt(peak / 2 ** 20)} MiB; ${clock(p.elapsed())} elapsed, about ${clock(remaining() + Math.max(0, ramp + hold - (performance.now() - levelStarted) / 1000))} left`, `${phase} ${users} ${phaseName}`)
-    }
-    const sampler = setInterval(sample, 1000)
-    try {
-      const failedGenerator = (error: Error) => ({ error })
-      const connected = await Promise.all(generators.map((g) => g.next('connected').catch(failedGenerator)))
-      phaseName = 'hold'
-      phaseStarted = performance.now()
-      const ticks = treeCpuTicksSafe(server.pid)
-      const holdStarted = performance.now()
-      const results = await Promise.all(generators.map((g) => g.next('done').catch(failedGenerator)))
-      const wall = (performance.now() - holdStarted) / 1000
-      const cpuUs = (treeCpuTicksSafe(server.pid) - ticks) * TICK_US
-      sample()
-      const latencies = generators.flatMap((g) => (existsSync(g.latencies) ? (JSON.parse(readFileSync(g.latencies, 'utf8')) as number[]) : [])).sort((a, b) => a - b)
-      for (const g of generators) rmSync(g.latencies, { force: true })
-      const ok = results.filter((r): r is Record<string, any> => !('error' in r))
-      const connectFailed = connected.reduce((sum, c) => sum + ('error' in c ? 0 : c.failed), 0)
-      const sum = (key: string) => ok.reduce((total, r) => total + r[key], 0)
-      const sent = sum('sent')
-      const errors = ok.reduce((total, r) => total + r.errors.status + r.errors.body + r.errors.closed + r.errors.connect + r.unanswered, 0) + connectFailed
-      const failed = sent + connectFailed ? errors / (sent + connectFailed) : 1
-      const serverDied = server.child.exitCode !== null || server.child.signalCode !== null
-      const output = server.stdout() + server.stderr()
-      const result: Level = {
-        users, phase, ramp_s: ramp, hold_s: hold, requests: sent, rate: sent / wall,
-        p95_ms: k6Percentile(latencies, 95), p99_ms: k6Percentile(latencies, 99), failed, errors,
-        error_example: ok.map((r) => r.errors.example).find(Boolean) ?? results.find((r) => 'error' in r)?.error?.message ?? '',
-        server_cpu: cpuUs / (wall * 1e6), cpu_us: cpuUs / Math.max(1, sum('answered')),
-        generator_cpu: ok.reduce((total, r) => total + r.generator_cpu, 0), memory_peak_mb: peak / 2 ** 20, processes, memory_at_peak: atPeak,
-        memory_held_mb: held, pass: false,
-      }
-      // Killed, or over the box's memory, or held back by the server's memory guard (server/memory.ts),
-      // whose refused and closed connections count as failed requests above.
-      const outOfMemory = cgroup.oomKills() > 0 || held > BOX_MEMORY_MB || server.child.signalCode === 'SIGKILL' || /^memory: .*(taking no more|closing idle)/m.test(output)
-      result.pass = ok.length === generators.length && !serverDied && !outOfMemory && result.p95_ms < 500 && result.p99_ms < 1000 && failed < 0.01
-      if (!result.pass) {
-        const complete = ok.length === generators.length && !serverDied
-        result.limit = limitOf({ outOfMemory, said: output + result.error_example, server_cpu: result.server_cpu, failed, complete })
-      }
-      levels.push(result)
-      appendFileSync(logFile, `${JSON.stringify(result)}\n`)
-      return result
-    } finally {
-      clearInterval(sampler)
-      for (const g of generators) g.kill()
-      await server.stop().catch(() => {})
-      cgroup.remove()
-    }
-  }
-
-  // The warm-up, then doubling from 2,500 while each level passes.
-  const box = boxCgroup('probe')
-  box.remove()
-  log(`score: the server on one core (taskset), ${box.note}; users on the other core; ${full ? 'the challenge\'s lengths (--full)' : 'shorter lengths than the challenge\'s (--full for those)'}`)
+  const s: Scoring = { seed, flags, levels: [], logFile, p: progress(logFile, performance.now()), remaining: () => 0 }
+  const lengths = lengthsOf(full)
+  const probe = boxCgroup('probe')
+  probe.remove()
+  log(`score: the server on one core (taskset), ${probe.note}; users on the other core; ` +
+    `${full ? 'the challenge\'s lengths (--full)' : 'shorter lengths than the challenge\'s (--full for those)'}`)
   const expected = Math.max(2500, estimate.users)
-  const doublings = () => Math.max(1, Math.ceil(Math.log2(expected / 2500)) + 1)
-  remaining = () => levelSeconds(SEARCH) * doublings() + levelSeconds(SEARCH) * 4 + levelSeconds(CONFIRM)
-  await level(1000, 'warm-up', WARMUP)
+  s.remaining = () => levelSeconds(lengths.search) * (doublingsTo(expected) + 4) + levelSeconds(lengths.confirm)
+  await level(s, 1000, 'warm-up', lengths.warmup)
+  const { passed, resolution } = await search(s, { full, lengths, confirmFrom, expected })
+  // The confirmation; a level that fails it steps down 250, as the challenge does (by default, by the
+  // coarser step the narrowing stopped at).
+  let score = passed
+  let confirmed: Level | undefined
+  while (score > 0) {
+    s.remaining = () => 0
+    confirmed = await level(s, score, 'confirmation', lengths.confirm)
+    if (confirmed.pass) break
+    score -= resolution
+  }
+  // Processes: the box holds 65,535 files a process, this machine 20,000. Where the score needed more
+  // processes here than it would there, the same users in both ways, one after the other.
+  const cost = await processesCost(s, score, confirmed, lengths.search)
+  s.p.done()
+  printLevels(s.levels)
+  console.log('')
+  console.log(`measured in ${clock(s.p.elapsed())}: log ${logFile}`)
+  if (cost) console.log(cost.line)
+  const binds = printMemory(s.levels, score, confirmed)
+  console.log(`estimate from CPU alone, beside it: 0.8 x ${fmt(estimate.mix_rps)} mix req/s / ${USER_RATE} = ` +
+    `${fmt(estimate.users)} users on one core of this machine`)
+  const line = scoreText(s.levels, score, confirmed)
+  console.log(line)
+  const box = { memory_mb: BOX_MEMORY_MB, files: BOX_FILES }
+  const scored = confirmed?.pass ? score : 0
+  return { box, full, levels: s.levels, score: scored, confirmed, processes_cost: cost, memory_binds_users: binds, line }
+}
+
+type Search = { full: boolean; lengths: ReturnType<typeof lengthsOf>; confirmFrom?: number; expected: number }
+
+// Doubling from 2,500 while each level passes, then narrowing: halving the bracket until it is within
+// 250 users (--full), or an eighth of the best. --confirm-from skips both. Gives the best level passed,
+// and the step the confirmation steps down by.
+async function search(s: Scoring, { full, lengths, confirmFrom, expected }: Search) {
+  const { search: searching, confirm } = lengths
+  const doublings = () => doublingsTo(expected)
   let passed = confirmFrom ?? 0
   let failedAt = confirmFrom ?? 0
   if (confirmFrom) log(`score: no search and no narrowing (--confirm-from): the confirmation starts at ${fmt(confirmFrom)} users`)
   for (let users = 2500, n = 0; !confirmFrom; users *= 2, n++) {
-    remaining = () => levelSeconds(SEARCH) * (Math.max(0, doublings() - n - 1) + 4) + levelSeconds(CONFIRM)
-    const result = await level(users, 'search', SEARCH)
+    s.remaining = () => levelSeconds(searching) * (Math.max(0, doublings() - n - 1) + 4) + levelSeconds(confirm)
+    const result = await level(s, users, 'search', searching)
     if (!result.pass) {
       failedAt = users
       break
     }
     passed = users
   }
-  // Narrowing: halve the bracket until it is within 250 users (--full), or an eighth of the best.
   const resolution = full || confirmFrom ? STEP : round(passed / 8)
   const steps = () => Math.max(0, Math.ceil(Math.log2(Math.max(1, (failedAt - passed) / resolution))))
   while (failedAt - passed > resolution) {
-    remaining = () => levelSeconds(SEARCH) * (steps() - 1) + levelSeconds(CONFIRM)
+    s.remaining = () => levelSeconds(searching) * (steps() - 1) + levelSeconds(confirm)
     const users = round((passed + failedAt) / 2)
     if (users <= passed || users >= failedAt) break
-    const result = await level(users, 'narrowing', SEARCH)
+    const result = await level(s, users, 'narrowing', searching)
     if (result.pass) passed = users
     else failedAt = users
   }
-  // The confirmation; a level that fails it steps down 250, as the challenge does (by default, by the
-  // coarser step the narrowing stopped at).
-  let score = passed
-  let confirmed: Level | undefined
-  while (score > 0) {
-    remaining = () => 0
-    confirmed = await level(score, 'confirmation', CONFIRM)
-    if (confirmed.pass) break
-    score -= resolution
+  return { passed, resolution }
+}
+
+// One level: the server as shipped (its Node flags, WORKERS unset) on the server core, in a box's
+// cgroup, under a limit of open files when given one; the users on the other core (bench/hold.ts).
+async function level(s: Scoring, users: number, phase: string, lengths: Lengths, nofile?: number): Promise<Level> {
+  const { ramp, hold } = lengths
+  const cgroup = boxCgroup(String(s.levels.length))
+  const node = nofile ? 'prlimit' : process.execPath
+  const nodeFlags = nofile ? [`--nofile=${nofile}`, process.execPath, ...s.flags] : s.flags
+  const shipped = { node, flags: nodeFlags, seed: s.seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } }
+  const server: Server = await benchServer(join(ROOT, 'dist', 'app.js'), shipped)
+  const levelStarted = performance.now()
+  // The copy of the seed was written from here: out of the page cache with it, so that the server's
+  // reads are charged to its cgroup, as the box's page cache is to the box.
+  execFileSync('dd', [`if=${join(WORKDIR, 'feed.db')}`, 'iflag=nocache', 'count=0', 'status=none'])
+  const usersHold = startUsers({ url: server.url, users, tokens: s.seed.tokens, ramp, hold })
+  const memory = memoryWatch(cgroup, server.pid)
+  const phaseOf = { name: 'ramp', started: performance.now() }
+  const sample = () => {
+    memory.sample()
+    const inPhase = (performance.now() - phaseOf.started) / 1000
+    const length = phaseOf.name === 'ramp' ? ramp : hold
+    const processes = memory.processes
+    const left = s.remaining() + Math.max(0, ramp + hold - (performance.now() - levelStarted) / 1000)
+    s.p.say(`${phase}: ${fmt(users)} users, ${phaseOf.name} ${fmt(Math.min(inPhase, length))}/${length} s, ` +
+      `${processes} process${processes > 1 ? 'es' : ''}, ${fmt(memory.peak / 2 ** 20)} MiB; ` +
+      `${clock(s.p.elapsed())} elapsed, about ${clock(left)} left`, `${phase} ${users} ${phaseOf.name}`)
   }
-  const nextFailed = levels.filter((l) => !l.pass && l.users > score).sort((a, b) => a.users - b.users)[0]
+  const sampler = setInterval(sample, 1000)
+  try {
+    const arrival = await usersHold.arrived()
+    Object.assign(phaseOf, { name: 'hold', started: performance.now() })
+    const ticks = treeCpuTicksSafe(server.pid)
+    const holdStarted = performance.now()
+    const tally = await usersHold.done()
+    const wall = (performance.now() - holdStarted) / 1000
+    const cpuUs = (treeCpuTicksSafe(server.pid) - ticks) * TICK_US
+    sample()
+    const result = levelOf({ users, phase, ramp, hold }, { arrival, tally, wall, cpuUs, memory, server, cgroup })
+    s.levels.push(result)
+    appendFileSync(s.logFile, `${JSON.stringify(result)}\n`)
+    return result
+  } finally {
+    clearInterval(sampler)
+    usersHold.stop()
+    await server.stop().catch(() => {})
+    cgroup.remove()
+  }
+}
 
-  // Processes: the box holds 65,535 files a process, this machine 20,000. Where the score needed more
-  // processes here than it would there, the same users in both ways, one after the other.
-  const cost = await processesCost(score, confirmed)
-  p.done()
+// The cgroup's memory at its peak, what it held that the kernel cannot reclaim, and the server's
+// processes at most, sampled.
+function memoryWatch(cgroup: ReturnType<typeof boxCgroup>, pid: number) {
+  const watch = {
+    peak: 0,
+    held: 0,
+    atPeak: { rss_mb: 0, cache_mb: 0, sockets_mb: 0, kernel_mb: 0 } as Level['memory_at_peak'],
+    processes: 0,
+    sample: () => {
+      try {
+        const charged = cgroup.charged()
+        const parts = cgroup.parts()
+        if (charged > watch.peak) (watch.peak = charged), (watch.atPeak = parts ?? watch.atPeak)
+        if (parts) watch.held = Math.max(watch.held, parts.rss_mb + parts.kernel_mb + parts.sockets_mb)
+        watch.processes = Math.max(watch.processes, processTree(pid).length)
+      } catch {} // the server gone: said by the level
+    },
+  }
+  return watch
+}
 
-  printLevels(levels)
-  console.log('')
-  console.log(`measured in ${clock(p.elapsed())}: log ${logFile}`)
-  if (cost) console.log(cost.line)
-  // Memory a user, all in: at the score and at the best level below it, beyond the warm-up's 1,000.
+type Held = {
+  arrival: Arrival; tally: Tally; wall: number; cpuUs: number; memory: ReturnType<typeof memoryWatch>
+  server: Server; cgroup: ReturnType<typeof boxCgroup>
+}
+
+// A level's figures, and whether it passed: p95 < 500 ms, p99 < 1 s, under 1% failed, every generator
+// and the server alive to the end, and within the box's memory.
+type At = { users: number; phase: string; ramp: number; hold: number }
+
+function levelOf(at: At, { arrival, tally, wall, cpuUs, memory, server, cgroup }: Held): Level {
+  const failed = tally.sent + arrival.failedToConnect ? tally.errors / (tally.sent + arrival.failedToConnect) : 1
+  const serverDied = server.child.exitCode !== null || server.child.signalCode !== null
+  const output = server.stdout() + server.stderr()
+  const result: Level = {
+    users: at.users, phase: at.phase, ramp_s: at.ramp, hold_s: at.hold, requests: tally.sent, rate: tally.sent / wall,
+    p95_ms: k6Percentile(tally.latencies, 95), p99_ms: k6Percentile(tally.latencies, 99), failed, errors: tally.errors,
+    error_example: tally.example ?? tally.failure?.message ?? '',
+    server_cpu: cpuUs / (wall * 1e6), cpu_us: cpuUs / Math.max(1, tally.answered),
+    generator_cpu: tally.generatorCpu.reduce((total, cpu) => total + cpu, 0), memory_peak_mb: memory.peak / 2 ** 20,
+    processes: memory.processes, memory_at_peak: memory.atPeak, memory_held_mb: memory.held, pass: false,
+  }
+  // Killed, or over the box's memory, or held back by the server's memory guard (server/memory.ts),
+  // whose refused and closed connections count as failed requests above.
+  const guarded = /^memory: .*(taking no more|closing idle)/m.test(output)
+  const killed = cgroup.oomKills() > 0 || server.child.signalCode === 'SIGKILL'
+  const outOfMemory = killed || memory.held > BOX_MEMORY_MB || guarded
+  const complete = !tally.failure && !serverDied
+  result.pass = complete && !outOfMemory && result.p95_ms < 500 && result.p99_ms < 1000 && failed < 0.01
+  if (!result.pass) {
+    result.limit = limitOf({ outOfMemory, said: output + result.error_example, server_cpu: result.server_cpu, failed, complete })
+  }
+  return result
+}
+
+async function processesCost(s: Scoring, users: number, at: Level | undefined, lengths: Lengths) {
+  if (!at) return undefined
+  const here = at.processes
+  const onBox = Math.ceil(users / (BOX_FILES * 0.9))
+  const counted = `processes: ${here} here, ${onBox} on the box (65,535 files each)`
+  if (here <= onBox) return { here, on_box: onBox, line: `${counted}: the same` }
+  // The cost of the extra processes, at a level one process holds here: one, then as many as the score
+  // needed, with a limit of files that splits the same users so.
+  const same = Math.min(users, 15_000)
+  const one = await level(s, same, 'one process', lengths)
+  const many = await level(s, same, `${here} processes`, lengths, Math.ceil(same / here / 0.85) + 64)
+  const ratio = many.cpu_us / one.cpu_us
+  return {
+    here, on_box: onBox, users: same, one, many, cpu_ratio: ratio,
+    line: `${counted}; ${fmt(same)} users in ${many.processes} processes cost ` +
+      `${fmt(ratio, 2)} x the CPU a request of one (${fmt(many.cpu_us, 1)} against ${fmt(one.cpu_us, 1)} us), ` +
+      `${fmt(many.memory_peak_mb)} against ${fmt(one.memory_peak_mb)} MiB`,
+  }
+}
+
+// Memory a user, all in: at the score and at the best level below it, beyond the warm-up's 1,000; gives
+// the users at which the memory guard would bind at the score's rate.
+function printMemory(levels: Level[], score: number, confirmed: Level | undefined) {
   const warm = levels[0]
   const below = levels.filter((l) => l.pass && l.users < score && l.users > warm.users).sort((a, b) => b.users - a.users)[0]
   let binds: number | undefined
@@ -288,33 +359,22 @@ export async function scoreBench({ seed, flags, full, estimate, commit, confirmF
     // The server's guard takes no more connections with a tenth of the box's memory free.
     binds ??= Math.floor(warm.users + ((BOX_MEMORY_MB * 0.9 - warm.memory_peak_mb) * 1024) / perUser)
   }
-  if (binds) console.log(`memory binds near ${fmt(binds)} users at that rate: there the memory guard takes no more connections (a tenth of ${fmt(BOX_MEMORY_MB)} MiB free)`)
-  console.log(`estimate from CPU alone, beside it: 0.8 x ${fmt(estimate.mix_rps)} mix req/s / ${USER_RATE} = ${fmt(estimate.users)} users on one core of this machine`)
+  if (binds) {
+    console.log(`memory binds near ${fmt(binds)} users at that rate: there the memory guard takes no more connections ` +
+      `(a tenth of ${fmt(BOX_MEMORY_MB)} MiB free)`)
+  }
+  return binds
+}
+
+// The score's line, as bench/score.json and the chart keep it.
+function scoreText(levels: Level[], score: number, confirmed: Level | undefined) {
+  const nextFailed = levels.filter((l) => !l.pass && l.users > score).sort((a, b) => a.users - b.users)[0]
   const holdText = `${clock(confirmed?.hold_s ?? 0).replace(/m00s$/, ' min')} hold`
   const tail = nextFailed ? `next level failed on ${nextFailed.limit}` : 'no level failed'
-  const line = confirmed?.pass
-    ? `score: ${score} users (${holdText}, p95 ${fmt(confirmed.p95_ms, 1)} ms, p99 ${fmt(confirmed.p99_ms, 1)} ms, ${fmt(confirmed.failed * 100, 2)}% failed); ${tail}`
-    : `score: 0 users (no level passed its confirmation); ${tail}`
-  console.log(line)
-  return { box: { memory_mb: BOX_MEMORY_MB, files: BOX_FILES }, full, levels, score: confirmed?.pass ? score : 0, confirmed, processes_cost: cost, memory_binds_users: binds, line }
-
-  async function processesCost(users: number, at: Level | undefined) {
-    if (!at) return undefined
-    const here = at.processes
-    const onBox = Math.ceil(users / (BOX_FILES * 0.9))
-    if (here <= onBox) return { here, on_box: onBox, line: `processes: ${here} here, ${onBox} on the box (65,535 files each): the same` }
-    // The cost of the extra processes, at a level one process holds here: one, then as many as the score
-    // needed, with a limit of files that splits the same users so.
-    const same = Math.min(users, 15_000)
-    const one = await level(same, 'one process', SEARCH)
-    const many = await level(same, `${here} processes`, SEARCH, Math.ceil(same / here / 0.85) + 64)
-    const ratio = many.cpu_us / one.cpu_us
-    return {
-      here, on_box: onBox, users: same, one, many, cpu_ratio: ratio,
-      line: `processes: ${here} here, ${onBox} on the box (65,535 files each); ${fmt(same)} users in ${many.processes} processes cost ` +
-        `${fmt(ratio, 2)} x the CPU a request of one (${fmt(many.cpu_us, 1)} against ${fmt(one.cpu_us, 1)} us), ${fmt(many.memory_peak_mb)} against ${fmt(one.memory_peak_mb)} MiB`,
-    }
-  }
+  if (!confirmed?.pass) return `score: 0 users (no level passed its confirmation); ${tail}`
+  const { p95_ms, p99_ms, failed } = confirmed
+  const figures = `p95 ${fmt(p95_ms, 1)} ms, p99 ${fmt(p99_ms, 1)} ms, ${fmt(failed * 100, 2)}% failed`
+  return `score: ${score} users (${holdText}, ${figures}); ${tail}`
 }
 
 function treeCpuTicksSafe(pid: number) {
@@ -341,18 +401,34 @@ function printLevels(levels: Level[]) {
 // The users generator against the real k6 at one level both can drive: the same users, ramp and hold,
 // each on a fresh server in the same limits, both measured over the hold only (k6's from its CSV of
 // every request), with k6's own CPU beside it: a k6 that cannot keep its users' pace measures itself.
-export async function k6Check({ seed, flags, k6, users = 10_000, ramp = 60, hold = 60 }: { seed: Seed; flags: string[]; k6: string; users?: number; ramp?: number; hold?: number }) {
+type Check = { seed: Seed; flags: string[]; k6: string; users: number; ramp: number; hold: number }
+
+export async function k6Check({ users = 10_000, ramp = 60, hold = 60, ...rest }: Partial<Check> & Omit<Check, 'users' | 'ramp' | 'hold'>) {
+  const check: Check = { users, ramp, hold, ...rest }
+  const k6Result = await k6Hold(check)
+  const ours = await oursHold(check)
+  console.log(`${fmt(users)} users, ${ramp} s ramp, ${hold} s hold, both over the hold:`)
+  const said = (r: typeof ours) =>
+    `${fmt(r.rate)} req/s (${fmt(r.requests)} requests), p95 ${fmt(r.p95_ms, 2)} ms, p99 ${fmt(r.p99_ms, 2)} ms, ${fmt(r.failed * 100, 2)}% failed`
+  console.log(`  k6 ${said(k6Result)}, k6's CPU ${fmt(k6Result.cpu * 100)}% of its core (exit ${k6Result.exit})`)
+  console.log(`  bench/users.ts ${said(ours)}`)
+  console.log(`  expected: ${fmt(users * USER_RATE)} req/s (${fmt(users)} x ${USER_RATE})`)
+  return { users, ramp, hold, k6: k6Result, ours }
+}
+
+// k6 (load.js) on the load core against a server in the box's limits; its CPU sampled every second
+// (taskset execs k6: the same process).
+async function k6Hold({ seed, flags, k6, users, ramp, hold }: Check) {
   const tokens = join(CACHE, `k6-tokens-${process.pid}.json`)
   writeFileSync(tokens, JSON.stringify(readFileSync(seed.tokens, 'utf8').trim().split('\n').map((token) => ({ token }))))
   const csv = join(CACHE, `k6-requests-${process.pid}.csv`)
   const cgroup = boxCgroup('k6')
   const server = await benchServer(join(ROOT, 'dist', 'app.js'), { flags, seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } })
-  let k6Result
   try {
+    const env = { BASE_URL: server.url, VUS: String(users), RAMP_UP: `${ramp}s`, DURATION: `${hold}s`, TOKENS: tokens }
     const child = spawn('taskset', ['-c', LOAD_CORE, k6, 'run', '--quiet', '--no-color', '--out', `csv=${csv}`,
-      '-e', `BASE_URL=${server.url}`, '-e', `VUS=${users}`, '-e', `RAMP_UP=${ramp}s`, '-e', `DURATION=${hold}s`, '-e', `TOKENS=${tokens}`,
+      ...Object.entries(env).flatMap(([name, value]) => ['-e', `${name}=${value}`]),
       join(ROOT, 'load.js')], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, K6_NO_USAGE_REPORT: 'true' } })
-    // k6's CPU, sampled every second (taskset execs k6: the same process).
     const cpu: [number, number][] = []
     const sampler = setInterval(() => {
       try {
@@ -362,26 +438,10 @@ export async function k6Check({ seed, flags, k6, users = 10_000, ramp = 60, hold
     const [code] = await once(child, 'exit')
     clearInterval(sampler)
     if (!existsSync(csv)) throw new Error(`k6 exited with ${code} and wrote no ${csv}`)
-    // The hold: from the end of the ramp after the first request, for `hold` seconds.
-    const durations: number[] = []
-    let requests = 0
-    let failed = 0
-    let from = Infinity
-    for (const line of readFileSync(csv, 'utf8').split('\n')) {
-      const [metric, at, value] = line.split(',', 3)
-      if (metric !== 'http_req_duration' && metric !== 'http_req_failed') continue
-      const t = Number(at)
-      if (from === Infinity) from = t + ramp
-      if (t < from || t >= from + hold) continue
-      if (metric === 'http_req_duration') {
-        requests++
-        durations.push(Number(value))
-      } else if (value === '1') failed++
-    }
-    durations.sort((a, b) => a - b)
+    const { from, requests, failed, durations } = readK6Csv(csv, ramp, hold)
     const near = (t: number) => cpu.reduce((best, sample) => (Math.abs(sample[0] - t) < Math.abs(best[0] - t) ? sample : best))
     const [a, b] = [near(from), near(from + hold)]
-    k6Result = {
+    return {
       exit: code, requests, rate: requests / hold, p95_ms: k6Percentile(durations, 95), p99_ms: k6Percentile(durations, 99),
       failed: failed / Math.max(1, requests), cpu: ((b[1] - a[1]) * TICK_US) / 1e6 / Math.max(1, b[0] - a[0]),
     }
@@ -391,26 +451,100 @@ export async function k6Check({ seed, flags, k6, users = 10_000, ramp = 60, hold
     rmSync(tokens, { force: true })
     rmSync(csv, { force: true })
   }
-  // Ours, the same way as a level of the score.
-  const ourCgroup = boxCgroup('ours')
-  const ourServer = await benchServer(join(ROOT, 'dist', 'app.js'), { flags, seed, cgroup: ourCgroup.dir, env: { HOST: '0.0.0.0' } })
-  let ours
-  try {
-    const latencies = join(CACHE, `k6-check-latencies-${process.pid}.json`)
-    const g = usersGenerator({ url: ourServer.url, connections: users, tokens: seed.tokens, latencies, idle: 0, hold, ramp, loopOnArrival: true })
-    await g.next('connected')
-    const done = await g.next('done')
-    const sorted = (JSON.parse(readFileSync(latencies, 'utf8')) as number[]).sort((a, b) => a - b)
-    rmSync(latencies, { force: true })
-    const errors = done.errors.status + done.errors.body + done.errors.closed + done.errors.connect + done.unanswered
-    ours = { requests: done.sent, rate: done.sent / done.seconds, p95_ms: k6Percentile(sorted, 95), p99_ms: k6Percentile(sorted, 99), failed: errors / Math.max(1, done.sent) }
-  } finally {
-    await ourServer.stop()
-    ourCgroup.remove()
+}
+
+// k6's requests over the hold: from the end of the ramp after the first request, for `hold` seconds;
+// their durations sorted.
+function readK6Csv(csv: string, ramp: number, hold: number) {
+  const durations: number[] = []
+  let requests = 0
+  let failed = 0
+  let from = Infinity
+  for (const line of readFileSync(csv, 'utf8').split('\n')) {
+    const [metric, at, value] = line.split(',', 3)
+    if (metric !== 'http_req_duration' && metric !== 'http_req_failed') continue
+    const t = Number(at)
+    if (from === Infinity) from = t + ramp
+    if (t < from || t >= from + hold) continue
+    if (metric === 'http_req_duration') {
+      requests++
+      durations.push(Number(value))
+    } else if (value === '1') failed++
   }
-  console.log(`${fmt(users)} users, ${ramp} s ramp, ${hold} s hold, both over the hold:`)
-  console.log(`  k6 ${fmt(k6Result.rate)} req/s (${fmt(k6Result.requests)} requests), p95 ${fmt(k6Result.p95_ms, 2)} ms, p99 ${fmt(k6Result.p99_ms, 2)} ms, ${fmt(k6Result.failed * 100, 2)}% failed, k6's CPU ${fmt(k6Result.cpu * 100)}% of its core (exit ${k6Result.exit})`)
-  console.log(`  bench/users.ts ${fmt(ours.rate)} req/s (${fmt(ours.requests)} requests), p95 ${fmt(ours.p95_ms, 2)} ms, p99 ${fmt(ours.p99_ms, 2)} ms, ${fmt(ours.failed * 100, 2)}% failed`)
-  console.log(`  expected: ${fmt(users * USER_RATE)} req/s (${fmt(users)} x ${USER_RATE})`)
-  return { users, ramp, hold, k6: k6Result, ours }
+  durations.sort((a, b) => a - b)
+  return { from, requests, failed, durations }
+}
+
+// Ours, the same way as a level of the score.
+async function oursHold({ seed, flags, users, ramp, hold }: Check) {
+  const cgroup = boxCgroup('ours')
+  const server = await benchServer(join(ROOT, 'dist', 'app.js'), { flags, seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } })
+  const usersHold = startUsers({ url: server.url, users, tokens: seed.tokens, ramp, hold })
+  try {
+    const arrival = await usersHold.arrived()
+    const tally = await usersHold.done()
+    const failure = arrival.failure ?? tally.failure
+    if (failure) throw failure
+    const sorted = tally.latencies
+    const rate = tally.sent / tally.seconds
+    const failed = tally.errors / Math.max(1, tally.sent)
+    return { requests: tally.sent, rate, p95_ms: k6Percentile(sorted, 95), p99_ms: k6Percentile(sorted, 99), failed }
+  } finally {
+    usersHold.stop()
+    await server.stop()
+    cgroup.remove()
+  }
+}
+
+const OPTIONS = {
+  full: { type: 'boolean', default: false },
+  record: { type: 'boolean', default: false },
+  'confirm-from': { type: 'string' },
+  k6: { type: 'string' },
+  flags: { type: 'string' },
+} as const
+
+// --score: the score, and its results file; with --record, bench/score.json and the chart's caption.
+// --k6: the users generator against k6 instead.
+export async function main(argv: string[]) {
+  const { values: args } = parseArgs({ args: argv, options: OPTIONS })
+  const confirmFrom = args['confirm-from'] ? Number(args['confirm-from']) : undefined
+  if (confirmFrom !== undefined && !(confirmFrom >= 2500 && confirmFrom % 250 === 0)) {
+    throw new Error('--confirm-from: a number of users, 2,500 or more, in steps of 250')
+  }
+  const { seed, flags } = prepare(args.flags)
+  if (args.k6) {
+    const result = await k6Check({ seed, flags, k6: args.k6 })
+    writeFileSync(resultsFile(commitOf(ROOT), 'k6-check'), JSON.stringify(result, null, 2))
+    return
+  }
+  const commit = commitOf(ROOT)
+  const estimate = await estimateOf(seed, flags, commit)
+  const result = await scoreBench({ seed, flags, full: args.full, estimate, commit, confirmFrom })
+  const file = resultsFile(commit, 'score')
+  const results = { date: new Date().toISOString(), commit, node: process.version, estimate, ...result }
+  writeFileSync(file, JSON.stringify(results, null, 2))
+  console.log(`results: ${file}`)
+  if (args.record) {
+    recordScore({ commit, full: args.full, score: result.score, estimate: Math.round(estimate.users), line: result.line })
+  }
+}
+
+// The CPU estimate beside the score: the mix at saturation, against the ceiling, as the plain bench runs it.
+async function estimateOf(seed: Seed, flags: string[], commit: string) {
+  const ours: Variant = { name: 'ours', app: join(ROOT, 'dist', 'app.js'), flags, commit, node: process.execPath }
+  const run = { settings: settingsOf(), seed }
+  const ceiling = await saturate('ceiling', 'ceiling', run)
+  const mix = await saturate(ours, 'mix', run)
+  return { users: (0.8 * mix.rps) / USER_RATE, mix_rps: mix.rps, mix_cpu_us: mix.cpu_us, c0_us: ceiling.cpu_us }
+}
+
+// bench/score.json, and the chart's caption redrawn in place (its bars are the saturation run's).
+function recordScore(recorded: { commit: string; full: boolean; score: number; estimate: number; line: string }) {
+  writeFileSync(SCORE_FILE, JSON.stringify({ date: new Date().toISOString(), ...recorded }, null, 2) + '\n')
+  const chart = join(ROOT, 'bench', 'chart.svg')
+  const caption = /(<text x="16" y="46"[^>]*>)(?:score [^<]*Chart: )?/
+  const svg = readFileSync(chart, 'utf8').replace(caption, (_, open) => `${open}${scoreLine()}`)
+  writeFileSync(chart, svg)
+  log('bench: wrote bench/score.json and the score into bench/chart.svg')
 }
