@@ -74,7 +74,15 @@ export const app = new Hono<Env>()
 app.get('/health', async () => {
   const problem = await probeDatabase()
   if (problem) return jsonResponse(503, JSON.stringify({ status: 'degraded', db: 'unreachable', error: problem }))
-  return jsonResponse(200, JSON.stringify({ status: 'ok', db: 'ok', uptime_s: Math.floor((Date.now() - startedAt) / 1000), ...hooks.health?.() }))
+  return jsonResponse(
+    200,
+    JSON.stringify({
+      status: 'ok',
+      db: 'ok',
+      uptime_s: Math.floor((Date.now() - startedAt) / 1000),
+      ...hooks.health?.(),
+    }),
+  )
 })
 
 app.get('/feed', () => jsonResponse(200, (database().feed.get() as JsonRow).json))
@@ -88,7 +96,9 @@ app.get('/posts/:id', (c) => {
 app.post('/posts', limitBody, async (c) => {
   const user = authenticate(c.req.header('authorization'))
   const body = await readPostBody(c)
-  const [{ json }] = (await write((db) => db.insertPost.all({ userId: user.id, body, author: user.username }))) as JsonRow[]
+  const [{ json }] = (await write((db) =>
+    db.insertPost.all({ userId: user.id, body, author: user.username }),
+  )) as JsonRow[]
   return jsonResponse(201, json)
 })
 
@@ -97,7 +107,10 @@ app.post('/posts/:id/like', limitBody, async (c) => {
   const postId = parsePostId(c.req.param('id'))
   const { changes } = await write((db) => db.insertLike.run(user.id, postId))
   if (changes === 0 && !database().postExists.get(postId)) throw new ApiError(404, 'post not found')
-  return jsonResponse(changes ? 201 : 200, JSON.stringify({ liked: true, already_liked: changes === 0, post_id: postId }))
+  return jsonResponse(
+    changes ? 201 : 200,
+    JSON.stringify({ liked: true, already_liked: changes === 0, post_id: postId }),
+  )
 })
 
 // A known path with another method is a 405 that names the methods it takes.
@@ -110,7 +123,11 @@ app.notFound((c) => {
 app.onError(answerError)
 
 // Every response is JSON, never sniffed as anything else and never cached on the way.
-export const JSON_HEADERS = { 'content-type': 'application/json', 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' }
+export const JSON_HEADERS = {
+  'content-type': 'application/json',
+  'x-content-type-options': 'nosniff',
+  'cache-control': 'no-store',
+}
 
 export function jsonResponse(status: number, body: string, headers?: Record<string, string>) {
   return new Response(body, { status, headers: headers ? { ...JSON_HEADERS, ...headers } : JSON_HEADERS })
@@ -182,7 +199,12 @@ export function authenticate(authorization: string | undefined): User {
   const claims = verifiedClaims(authorization.slice(7))
   if (!claims) throw new ApiError(401, 'invalid or expired token')
   const { sub, username } = claims
-  if (typeof sub !== 'string' || !DECIMAL.test(sub) || !Number.isSafeInteger(Number(sub)) || typeof username !== 'string') {
+  if (
+    typeof sub !== 'string' ||
+    !DECIMAL.test(sub) ||
+    !Number.isSafeInteger(Number(sub)) ||
+    typeof username !== 'string'
+  ) {
     throw new ApiError(401, 'invalid token payload')
   }
   return { id: Number(sub), username }
@@ -208,10 +230,15 @@ function verifiedClaims(token: string): Record<string, unknown> | undefined {
     return undefined
   }
   if (typeof header !== 'object' || header === null || header.alg !== 'HS256' || 'crit' in header) return undefined
-  if ('typ' in header && !(typeof header.typ === 'string' && header.typ.toLowerCase().replace(/^application\//, '') === 'jwt')) return undefined
+  if (
+    'typ' in header &&
+    !(typeof header.typ === 'string' && header.typ.toLowerCase().replace(/^application\//, '') === 'jwt')
+  )
+    return undefined
   if (typeof claims !== 'object' || claims === null) return undefined
   const now = Math.floor(Date.now() / 1000)
-  const passed = (time: unknown) => time === undefined || (typeof time === 'number' && Number.isFinite(time) && time <= now)
+  const passed = (time: unknown) =>
+    time === undefined || (typeof time === 'number' && Number.isFinite(time) && time <= now)
   if (!passed(claims.nbf) || !passed(claims.iat)) return undefined
   if (typeof claims.exp !== 'number' || !Number.isFinite(claims.exp) || claims.exp <= now) return undefined
   return claims
@@ -242,14 +269,19 @@ async function write<T>(statement: (db: Database) => T): Promise<T> {
   try {
     return await inTransaction(statement)
   } catch (error) {
-    if ((error as { errcode?: number }).errcode === SQLITE_CONSTRAINT_FOREIGNKEY) throw new ApiError(401, 'invalid token payload')
+    if ((error as { errcode?: number }).errcode === SQLITE_CONSTRAINT_FOREIGNKEY)
+      throw new ApiError(401, 'invalid token payload')
     throw error
   }
 }
 
 // Group commit: the writes that arrive in one event-loop turn share one transaction, and each
 // request's promise settles only after that transaction has committed (a 201 means committed).
-type PendingWrite = { statement?: (db: Database) => unknown; resolve: (value: any) => void; reject: (error: unknown) => void }
+type PendingWrite = {
+  statement?: (db: Database) => unknown
+  resolve: (value: any) => void
+  reject: (error: unknown) => void
+}
 let pendingWrites: PendingWrite[] = []
 
 function inTransaction<T>(statement?: (db: Database) => T): Promise<T> {
@@ -387,7 +419,8 @@ function connect() {
   try {
     // WAL, so that readers never wait for the writer. It is stored in the file and setting it is a
     // write: set only where it is not, and never where the API only reads.
-    if (!hooks.readOnly && (db.prepare('PRAGMA journal_mode').get() as { journal_mode: string }).journal_mode !== 'wal') db.exec('PRAGMA journal_mode = WAL')
+    if (!hooks.readOnly && (db.prepare('PRAGMA journal_mode').get() as { journal_mode: string }).journal_mode !== 'wal')
+      db.exec('PRAGMA journal_mode = WAL')
     db.exec('PRAGMA synchronous = NORMAL') // a commit survives a process crash without an fsync of its own
     hooks.afterOpen?.(db)
     const database = {
@@ -451,7 +484,9 @@ export function openDatabase(): boolean {
     const db = new DatabaseSync(SQLITE_PATH)
     db.exec(schema)
     db.close()
-    console.log(`created ${SQLITE_PATH} with empty tables; for the challenge data stop the server and run: npm run seed -- --force ${SQLITE_PATH}`)
+    console.log(
+      `created ${SQLITE_PATH} with empty tables; for the challenge data stop the server and run: npm run seed -- --force ${SQLITE_PATH}`,
+    )
   }
   try {
     database()
@@ -469,9 +504,10 @@ if (import.meta.main) {
   openDatabase()
   const options = { fetch: app.fetch, hostname: HOST, port: PORT, serverOptions: { keepAliveTimeout: 65_000 } }
   const server = serve(options, ({ address, port }) => console.log(`listening on http://${address}:${port}`))
-  const stop = () => server.close(() => {
-    closeDatabase()
-    process.exit(0)
-  })
+  const stop = () =>
+    server.close(() => {
+      closeDatabase()
+      process.exit(0)
+    })
   process.once('SIGTERM', stop).once('SIGINT', stop)
 }

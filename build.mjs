@@ -7,7 +7,9 @@ import { rmSync, statSync } from 'node:fs'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 
-const { values: options } = parseArgs({ options: { outdir: { type: 'string', default: 'dist' }, sourcemap: { type: 'boolean', default: false } } })
+const { values: options } = parseArgs({
+  options: { outdir: { type: 'string', default: 'dist' }, sourcemap: { type: 'boolean', default: false } },
+})
 const entries = { 'app.js': 'server/main.ts', 'seed.js': 'seed.ts', 'start.js': 'start.ts' }
 
 // The folder holds exactly these bundles: the container copies it whole.

@@ -67,7 +67,10 @@ export default function () {
   think(3, 8)
 
   if (Math.random() < mix.like) {
-    const like = http.post(`${BASE_URL}/posts/${id}/like`, null, { headers: auth, tags: { name: 'POST /posts/:id/like' } })
+    const like = http.post(`${BASE_URL}/posts/${id}/like`, null, {
+      headers: auth,
+      tags: { name: 'POST /posts/:id/like' },
+    })
     check(like, { 'like: 201 or 200': (r) => r.status === 201 || r.status === 200 })
   }
   if (Math.random() < mix.write) {

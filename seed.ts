@@ -23,10 +23,30 @@ const JWT_SECRET = process.env.JWT_SECRET || 'twelve-dollar-challenge'
 // SHA-256 of every row, as the sqlite3 shell prints them (SEED.md).
 const CHECKSUM = '738d11ab3164c13177e347f75038d1e80b43c64e754544a42d1c32bd8d7bcf1d'
 
-const ADJECTIVES = 'quiet brave clever sunny rusty swift lazy mellow sharp wild cosmic tiny golden silver happy grumpy curious lucky salty zesty'.split(' ')
-const NOUNS = 'otter falcon badger comet river maple pixel walrus ember glacier lantern meadow nebula orchid pebble quartz raven sparrow thistle willow'.split(' ')
-const WORDS = 'the a an and but or so because while after before just really very kind of sort of maybe probably definitely server database request latency cache index query benchmark droplet cpu memory disk network throughput users coffee morning weekend project deploy release bug feature test rewrite refactor commit branch merge review thinking building shipping learning reading writing debugging measuring watching waiting running walking fast slow small big cheap simple boring clever weird surprising honest careful lucky tired ready done broken today tonight tomorrow yesterday again finally never always sometimes usually rarely once twice this that these those here there everywhere nowhere something nothing everything anything someone nginx node postgres typescript express linux ubuntu systemd load steal swap kernel socket keepalive pool'.split(' ')
-const OPENERS = ['Hot take:', 'TIL', 'Unpopular opinion:', 'Note to self:', 'PSA:', 'Okay so', 'Update:', 'Honestly,', 'Reminder:', 'Question:']
+const ADJECTIVES =
+  'quiet brave clever sunny rusty swift lazy mellow sharp wild cosmic tiny golden silver happy grumpy curious lucky salty zesty'.split(
+    ' ',
+  )
+const NOUNS =
+  'otter falcon badger comet river maple pixel walrus ember glacier lantern meadow nebula orchid pebble quartz raven sparrow thistle willow'.split(
+    ' ',
+  )
+const WORDS =
+  'the a an and but or so because while after before just really very kind of sort of maybe probably definitely server database request latency cache index query benchmark droplet cpu memory disk network throughput users coffee morning weekend project deploy release bug feature test rewrite refactor commit branch merge review thinking building shipping learning reading writing debugging measuring watching waiting running walking fast slow small big cheap simple boring clever weird surprising honest careful lucky tired ready done broken today tonight tomorrow yesterday again finally never always sometimes usually rarely once twice this that these those here there everywhere nowhere something nothing everything anything someone nginx node postgres typescript express linux ubuntu systemd load steal swap kernel socket keepalive pool'.split(
+    ' ',
+  )
+const OPENERS = [
+  'Hot take:',
+  'TIL',
+  'Unpopular opinion:',
+  'Note to self:',
+  'PSA:',
+  'Okay so',
+  'Update:',
+  'Honestly,',
+  'Reminder:',
+  'Question:',
+]
 const ENDINGS = ['.', '.', '.', '!', '?', '...']
 
 const USERS = 50_000
@@ -150,7 +170,11 @@ function contentChecksum(db: DatabaseSync): string {
 
 async function writeTokens(db: DatabaseSync, path: string) {
   const key = await crypto.subtle.importKey(
-    'raw', new TextEncoder().encode(JWT_SECRET), { name: 'HMAC', hash: 'SHA-256' }, false, ['sign'],
+    'raw',
+    new TextEncoder().encode(JWT_SECRET),
+    { name: 'HMAC', hash: 'SHA-256' },
+    false,
+    ['sign'],
   )
   const iat = Math.floor(Date.now() / 1000)
   const exp = iat + 3650 * 86_400
@@ -209,7 +233,9 @@ async function main() {
 
   for (const suffix of ['-wal', '-shm']) rmSync(SQLITE_PATH + suffix, { force: true })
   renameSync(partial, SQLITE_PATH)
-  console.error(`seed: ${SQLITE_PATH} ready in ${elapsed()}, checksum ${checksum.slice(0, 8)}…${checksum.slice(-4)} ok; tokens in ${tokensPath}`)
+  console.error(
+    `seed: ${SQLITE_PATH} ready in ${elapsed()}, checksum ${checksum.slice(0, 8)}…${checksum.slice(-4)} ok; tokens in ${tokensPath}`,
+  )
 }
 
 await main()

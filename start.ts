@@ -7,7 +7,19 @@
 // server reads that copy and forwards every write to the primary.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
-import { accessSync, closeSync, constants, existsSync, mkdirSync, openSync, readSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import {
+  accessSync,
+  closeSync,
+  constants,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs'
 import { DatabaseSync } from 'node:sqlite'
 import { basename, dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -31,11 +43,16 @@ const dist = (file: string) => fileURLToPath(new URL(`./${file}`, import.meta.ur
 const files = litestreamFiles(SQLITE_PATH)
 
 if (PRIMARY_API_URL && !REPLICA_URL) {
-  console.error('start: PRIMARY_API_URL makes this node a follower of a Litestream replica: set LITESTREAM_REPLICA_URL to the primary\'s')
+  console.error(
+    "start: PRIMARY_API_URL makes this node a follower of a Litestream replica: set LITESTREAM_REPLICA_URL to the primary's",
+  )
   process.exit(1)
 }
 // Durations as Go writes them, which Litestream reads: checked here, so a wrong one is a line of ours.
-for (const [name, value] of [['LITESTREAM_SYNC_INTERVAL', SYNC_INTERVAL], ['LITESTREAM_FOLLOW_INTERVAL', FOLLOW_INTERVAL]]) {
+for (const [name, value] of [
+  ['LITESTREAM_SYNC_INTERVAL', SYNC_INTERVAL],
+  ['LITESTREAM_FOLLOW_INTERVAL', FOLLOW_INTERVAL],
+]) {
   if (value !== undefined && !/^(\d+(\.\d+)?(ms|s|m|h))+$/.test(value)) {
     console.error(`start: ${name} is a duration such as 100ms or 1s, not ${JSON.stringify(value)}`)
     process.exit(1)
@@ -75,7 +92,12 @@ function writeLitestreamConfig() {
   const endpoint = process.env.AWS_ENDPOINT_URL_S3 || process.env.AWS_ENDPOINT_URL
   const region = process.env.AWS_REGION
   const interval = (key: string) => SYNC_INTERVAL && { [key]: SYNC_INTERVAL }
-  const replica = { url: REPLICA_URL, ...(endpoint && { endpoint }), ...(region && { region }), ...interval('sync-interval') }
+  const replica = {
+    url: REPLICA_URL,
+    ...(endpoint && { endpoint }),
+    ...(region && { region }),
+    ...interval('sync-interval'),
+  }
   mkdirSync(dirname(db), { recursive: true })
   const dbs = [{ path: db, ...interval('monitor-interval'), replica }]
   writeFileSync(config, JSON.stringify({ socket: { enabled: true, path: socket }, dbs }, null, 2) + '\n')
@@ -90,8 +112,11 @@ async function follow(): Promise<never> {
   // never deleted (it may hold writes of its own), and the copy restored afresh.
   if (existsSync(db) && !existsSync(txid)) {
     const aside = `${db}.not-followed-${new Date().toISOString().replace(/[:.]/g, '-')}`
-    for (const suffix of ['', '-wal', '-shm', '-journal']) if (existsSync(db + suffix)) renameSync(db + suffix, aside + suffix)
-    console.log(`start: ${SQLITE_PATH} has no ${basename(txid)}, so Litestream did not restore it: set it aside as ${aside}`)
+    for (const suffix of ['', '-wal', '-shm', '-journal'])
+      if (existsSync(db + suffix)) renameSync(db + suffix, aside + suffix)
+    console.log(
+      `start: ${SQLITE_PATH} has no ${basename(txid)}, so Litestream did not restore it: set it aside as ${aside}`,
+    )
   }
   console.log(`start: following ${shown(REPLICA_URL!)} into ${SQLITE_PATH}; writes go to ${PRIMARY_API_URL}`)
   let server: ChildProcess | undefined
@@ -104,10 +129,17 @@ async function follow(): Promise<never> {
   const follower = await startFollowing(db)
   readersFirst(db)
   server = spawn(process.execPath, [...process.execArgv, dist('app.js')], { stdio: 'inherit' })
-  const ended = await Promise.race([once(server, 'exit').then(([code, signal]) => ({ who: 'the server', code, signal })),
-    once(follower, 'exit').then(([code, signal]) => ({ who: 'litestream restore -f', code, signal }))])
-  for (const child of [server, follower]) if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
-  await Promise.all([server, follower].map((child) => child.exitCode === null && child.signalCode === null ? once(child, 'exit') : undefined))
+  const ended = await Promise.race([
+    once(server, 'exit').then(([code, signal]) => ({ who: 'the server', code, signal })),
+    once(follower, 'exit').then(([code, signal]) => ({ who: 'litestream restore -f', code, signal })),
+  ])
+  for (const child of [server, follower])
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
+  await Promise.all(
+    [server, follower].map((child) =>
+      child.exitCode === null && child.signalCode === null ? once(child, 'exit') : undefined,
+    ),
+  )
   if (ended.who === 'the server' && ended.code === 0) process.exit(0)
   console.error(`start: ${ended.who} ended (${ended.signal ?? `exit code ${ended.code}`}), so the follower stops`)
   process.exit(ended.code || 1)
@@ -121,7 +153,7 @@ async function follow(): Promise<never> {
 let restoring: ChildProcess | undefined
 async function startFollowing(db: string): Promise<ChildProcess> {
   const started = performance.now()
-  for (let waited = false; ; ) {
+  for (let waited = false; ;) {
     const [binary, args] = litestream('restore', '-f', '-follow-interval', FOLLOW_INTERVAL, db)
     const child = (restoring = spawn(binary, args, { stdio: ['ignore', 'pipe', 'pipe'] }))
     let said = ''
@@ -137,7 +169,9 @@ async function startFollowing(db: string): Promise<ChildProcess> {
       child.once('exit', () => resolve(false))
     })
     if (await following) {
-      console.log(`start: ${SQLITE_PATH} is whole after ${((performance.now() - started) / 1000).toFixed(1)} s; serving it`)
+      console.log(
+        `start: ${SQLITE_PATH} is whole after ${((performance.now() - started) / 1000).toFixed(1)} s; serving it`,
+      )
       return child
     }
     if (said.includes('cannot resume follow mode')) {
@@ -176,16 +210,29 @@ function litestream(command: 'restore' | 'replicate', ...args: string[]) {
 // stops the start, with what was found and where to get 0.5.17. A build between releases says so in a
 // Go pseudo-version (v0.5.17-0.20260819145314-63225f17ccbb): it counts as the release it names.
 function litestreamBinary(): string {
-  const binary = LITESTREAM_BIN.includes('/') ? LITESTREAM_BIN : (process.env.PATH ?? '').split(':').filter(Boolean).map((dir) => join(dir, LITESTREAM_BIN)).find(isExecutable)
+  const binary = LITESTREAM_BIN.includes('/')
+    ? LITESTREAM_BIN
+    : (process.env.PATH ?? '')
+        .split(':')
+        .filter(Boolean)
+        .map((dir) => join(dir, LITESTREAM_BIN))
+        .find(isExecutable)
   const run = binary ? spawnSync(binary, ['version'], { encoding: 'utf8' }) : undefined
   const said = run?.stdout?.trim()
-  const version = /^v?(\d+)\.(\d+)\.(\d+)/.exec(said ?? '')?.slice(1).map(Number)
+  const version = /^v?(\d+)\.(\d+)\.(\d+)/
+    .exec(said ?? '')
+    ?.slice(1)
+    .map(Number)
   const first = version?.findIndex((n, i) => n !== LITESTREAM_MIN[i])
   if (version && (first === -1 || version[first!] > LITESTREAM_MIN[first!])) return binary!
-  const found = !binary ? `there is no ${LITESTREAM_BIN} on the PATH`
-    : run!.error ? `${binary} does not run (${(run!.error as NodeJS.ErrnoException).code})`
-    : `${binary} says ${JSON.stringify(said || run!.stderr.trim())}`
-  console.error(`start: LITESTREAM_REPLICA_URL needs Litestream ${LITESTREAM_MIN.join('.')} or later, and ${found}: get it from the image litestream/litestream:0.5.17 (/usr/local/bin/litestream) or github.com/benbjohnson/litestream/releases, then put it on the PATH or name it in LITESTREAM_BIN`)
+  const found = !binary
+    ? `there is no ${LITESTREAM_BIN} on the PATH`
+    : run!.error
+      ? `${binary} does not run (${(run!.error as NodeJS.ErrnoException).code})`
+      : `${binary} says ${JSON.stringify(said || run!.stderr.trim())}`
+  console.error(
+    `start: LITESTREAM_REPLICA_URL needs Litestream ${LITESTREAM_MIN.join('.')} or later, and ${found}: get it from the image litestream/litestream:0.5.17 (/usr/local/bin/litestream) or github.com/benbjohnson/litestream/releases, then put it on the PATH or name it in LITESTREAM_BIN`,
+  )
   process.exit(1)
 }
 
@@ -211,7 +258,9 @@ async function restoreIfMissing() {
   await runToEnd('litestream restore', ...litestream('restore', '-if-replica-exists', db))
   if (existsSync(db)) {
     const mb = (statSync(db).size / 1024 ** 2).toFixed(1)
-    console.log(`start: restored ${SQLITE_PATH} (${mb} MB) from the replica in ${((performance.now() - started) / 1000).toFixed(1)} s`)
+    console.log(
+      `start: restored ${SQLITE_PATH} (${mb} MB) from the replica in ${((performance.now() - started) / 1000).toFixed(1)} s`,
+    )
   } else {
     console.log('start: the replica holds no database yet: nothing to restore, so the seed builds one')
   }
@@ -223,7 +272,11 @@ async function restoreIfMissing() {
 // Litestream (litestream.io/tips, "Disable autocheckpoints for high write load servers"), and watch
 // the replica through its control socket.
 function replicate() {
-  const [binary, args] = litestream('replicate', '-exec', [process.execPath, ...process.execArgv, dist('app.js')].map(quoted).join(' '))
+  const [binary, args] = litestream(
+    'replicate',
+    '-exec',
+    [process.execPath, ...process.execArgv, dist('app.js')].map(quoted).join(' '),
+  )
   console.log(`start: serving ${SQLITE_PATH} under litestream replicate, to ${shown(REPLICA_URL!)}`)
   process.execve!(binary, [binary, ...args], { ...process.env, ...environmentUnderLitestream(files.socket) })
 }

@@ -33,12 +33,35 @@ after(async () => {
 })
 
 function wrk(url: string, kind: string) {
-  const out = execFileSync('wrk', ['-t1', '-c4', '-d1s', '-s', join(ROOT, 'bench', 'wrk.lua'), url, '--', kind, tokens], { encoding: 'utf8' })
+  const out = execFileSync(
+    'wrk',
+    ['-t1', '-c4', '-d1s', '-s', join(ROOT, 'bench', 'wrk.lua'), url, '--', kind, tokens],
+    { encoding: 'utf8' },
+  )
   return JSON.parse(out.trim().split('\n').at(-1)!) as { requests: number; bad: number; bad_example: string }
 }
 
 function users(url: string, ...more: string[]) {
-  const out = execFileSync(process.execPath, [join(ROOT, 'bench', 'users.ts'), '--url', url, '--connections', '50', '--think-scale', '0.01', '--idle', '0', '--hold', '2', '--tokens', tokens, ...more], { encoding: 'utf8', timeout: 60_000 })
+  const out = execFileSync(
+    process.execPath,
+    [
+      join(ROOT, 'bench', 'users.ts'),
+      '--url',
+      url,
+      '--connections',
+      '50',
+      '--think-scale',
+      '0.01',
+      '--idle',
+      '0',
+      '--hold',
+      '2',
+      '--tokens',
+      tokens,
+      ...more,
+    ],
+    { encoding: 'utf8', timeout: 60_000 },
+  )
   return JSON.parse(out.trim().split('\n').at(-1)!)
 }
 
@@ -88,20 +111,30 @@ describe('bench/users.ts', () => {
 // What the users holds read of the server over their window (bench/users-comparison.ts): every thread's CPU and
 // context switches from /proc, and its syscalls from perf, or why perf could not count them.
 describe('harness/proc.ts and bench/lib.ts', () => {
-  test('reads a server\'s CPU, context switches and syscalls over a window of requests', async () => {
+  test("reads a server's CPU, context switches and syscalls over a window of requests", async () => {
     const pid = app.child.pid!
     const perf = countSyscalls([pid])
     await new Promise((resolve) => setTimeout(resolve, 500)) // perf attaches to every thread
     const [cpu, switches] = [treeCpu(pid), treeSwitches(pid)]
     // Enough for a few of the clock's ticks of CPU time (10 ms each) on a server the tests above warmed up.
-    await send(Number(new URL(app.url).port), sequence('mix', 1_000, db.tokens.map((t) => t.token)))
+    await send(
+      Number(new URL(app.url).port),
+      sequence(
+        'mix',
+        1_000,
+        db.tokens.map((t) => t.token),
+      ),
+    )
     const [cpuAfter, switchesAfter] = [treeCpu(pid), treeSwitches(pid)]
     const syscalls = await perf.stop()
     assert.ok(cpuAfter.user + cpuAfter.system > cpu.user + cpu.system, 'CPU time went up')
     // One request at a time: the server waits in epoll_wait for many, each wait a voluntary switch (at
     // least a tenth of them: 473 of 1,000 were seen once, 197 with another test file loading the
     // machine; the next request is often there before the wait).
-    assert.ok(switchesAfter.voluntary - switches.voluntary >= 100, `${switchesAfter.voluntary - switches.voluntary} voluntary switches`)
+    assert.ok(
+      switchesAfter.voluntary - switches.voluntary >= 100,
+      `${switchesAfter.voluntary - switches.voluntary} voluntary switches`,
+    )
     if (syscalls.count === undefined) assert.match(syscalls.note!, /perf/)
     else assert.ok(syscalls.count >= 3 * 1_000, `${syscalls.count} syscalls`) // a read, a write and an epoll_wait at least
   })
@@ -133,10 +166,18 @@ describe('bench/score.ts', () => {
 // A floor is only a floor if it does the same work: the same answers, byte for byte but for the new
 // post's id and time, to the requests the instruction counts send. Each of the three: bench/floor.ts on
 // node:http, bench/floor-net.ts on node:net, bench/floor-hono.ts on node:net through Hono.
-const GOLDENS = [['/feed', 'feed.json'], ['/posts/1', 'post-1.json'], ['/posts/250000', 'post-250000.json'], ['/posts/500000', 'post-500000.json']]
+const GOLDENS = [
+  ['/feed', 'feed.json'],
+  ['/posts/1', 'post-1.json'],
+  ['/posts/250000', 'post-250000.json'],
+  ['/posts/500000', 'post-500000.json'],
+]
 
 // A floor on a fresh seeded copy of its own, for one test.
-async function withFloor(script: string, use: (server: Server, seeded: ReturnType<typeof freshSeededCopy>) => Promise<void>) {
+async function withFloor(
+  script: string,
+  use: (server: Server, seeded: ReturnType<typeof freshSeededCopy>) => Promise<void>,
+) {
   const seeded = freshSeededCopy()
   const server = await startServer(process.execPath, [script], { env: { SQLITE_PATH: seeded.path } })
   try {
@@ -171,14 +212,28 @@ for (const script of ['bench/floor.ts', 'bench/floor-net.ts', 'bench/floor-hono.
           const res = await fetch(server.url + path)
           assert.equal(res.status, 200, path)
           assert.equal(res.headers.get('content-type'), 'application/json', path)
-          assert.equal(Buffer.compare(Buffer.from(await res.arrayBuffer()), readFileSync(join(ROOT, 'test', 'golden', file))), 0, `${path} is ${file}`)
+          assert.equal(
+            Buffer.compare(Buffer.from(await res.arrayBuffer()), readFileSync(join(ROOT, 'test', 'golden', file))),
+            0,
+            `${path} is ${file}`,
+          )
         }
         const { token, username } = seeded.tokens[0]
-        const write = (path: string, body?: string) => fetch(server.url + path, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body })
+        const write = (path: string, body?: string) =>
+          fetch(server.url + path, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+            body,
+          })
         const created = await write('/posts', '{"body":" hello, floor "}')
         assert.equal(created.status, 201)
         const text = await created.text()
-        assert.match(text, new RegExp(`^\\{"post":\\{"id":500001,"body":"hello, floor","created_at":"\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z","author":"${username}","like_count":0\\}\\}$`))
+        assert.match(
+          text,
+          new RegExp(
+            `^\\{"post":\\{"id":500001,"body":"hello, floor","created_at":"\\d{4}-\\d\\d-\\d\\dT\\d\\d:\\d\\d:\\d\\d\\.\\d{3}Z","author":"${username}","like_count":0\\}\\}$`,
+          ),
+        )
         const liked = await write('/posts/500001/like')
         assert.equal(liked.status, 201)
         assert.equal(await liked.text(), '{"liked":true,"already_liked":false,"post_id":500001}')
@@ -192,14 +247,27 @@ for (const script of ['bench/floor.ts', 'bench/floor-net.ts', 'bench/floor-hono.
       const post = (path: string, auth: string, body = '') =>
         `POST ${path} HTTP/1.1\r\nHost: t\r\n${auth && `Authorization: Bearer ${auth}\r\n`}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`
       const requests = [
-        'GET /feed HTTP/1.1\r\nHost: t\r\n\r\n', 'GET /posts/1 HTTP/1.1\r\nHost: t\r\n\r\n', 'GET /posts/500001 HTTP/1.1\r\nHost: t\r\n\r\n',
-        post('/posts/7/like', token), post('/posts/7/like', token), post('/posts', token, '{"body":" hello "}'),
+        'GET /feed HTTP/1.1\r\nHost: t\r\n\r\n',
+        'GET /posts/1 HTTP/1.1\r\nHost: t\r\n\r\n',
+        'GET /posts/500001 HTTP/1.1\r\nHost: t\r\n\r\n',
+        post('/posts/7/like', token),
+        post('/posts/7/like', token),
+        post('/posts', token, '{"body":" hello "}'),
         // The refusals: no such post, a malformed id, no token, a bad token, a malformed or empty body.
-        post('/posts/900000/like', token), post('/posts/x7/like', token), 'GET /posts/x7 HTTP/1.1\r\nHost: t\r\n\r\n',
-        post('/posts/7/like', ''), post('/posts/7/like', `${token.slice(0, -4)}AAAA`), post('/posts/7/like', 'a.b.c'),
-        post('/posts', token, '{"body"'), post('/posts', token, '{"body":"  "}'), 'GET /nothing HTTP/1.1\r\nHost: t\r\n\r\n',
+        post('/posts/900000/like', token),
+        post('/posts/x7/like', token),
+        'GET /posts/x7 HTTP/1.1\r\nHost: t\r\n\r\n',
+        post('/posts/7/like', ''),
+        post('/posts/7/like', `${token.slice(0, -4)}AAAA`),
+        post('/posts/7/like', 'a.b.c'),
+        post('/posts', token, '{"body"'),
+        post('/posts', token, '{"body":"  "}'),
+        'GET /nothing HTTP/1.1\r\nHost: t\r\n\r\n',
       ]
-      const withoutDate = (raw: string) => raw.replace(/^date: .*\r\n/im, '').replace(/"id":500001,(.*)"created_at":"[^"]+"/, '"id":500001,$1"created_at":"…"')
+      const withoutDate = (raw: string) =>
+        raw
+          .replace(/^date: .*\r\n/im, '')
+          .replace(/"id":500001,(.*)"created_at":"[^"]+"/, '"id":500001,$1"created_at":"…"')
       for (const bytes of requests) {
         const [mine, theirs] = [await ask(ours, bytes), await ask(floor, bytes)]
         assert.equal(withoutDate(theirs.raw).toLowerCase(), withoutDate(mine.raw).toLowerCase(), bytes.split('\r\n')[0])
@@ -210,7 +278,10 @@ for (const script of ['bench/floor.ts', 'bench/floor-net.ts', 'bench/floor-hono.
 
     test('refuses a token signed with another secret', async () => {
       const [header, payload] = db.tokens[0].token.split('.')
-      const answer = await ask(floor, `POST /posts/1/like HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${header}.${payload}.AAAA\r\nContent-Length: 0\r\n\r\n`)
+      const answer = await ask(
+        floor,
+        `POST /posts/1/like HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${header}.${payload}.AAAA\r\nContent-Length: 0\r\n\r\n`,
+      )
       assert.equal(answer.status, 401)
     })
 
@@ -218,7 +289,15 @@ for (const script of ['bench/floor.ts', 'bench/floor-net.ts', 'bench/floor-hono.
     // every answer checked by the sender.
     test('answers every kind of request the benchmark sends', async () => {
       await withFloor(script, async (server) => {
-        for (const kind of ['feed', 'post', 'like', 'create', 'mix'] as const) await send(Number(new URL(server.url).port), sequence(kind, 50, db.tokens.map((t) => t.token)))
+        for (const kind of ['feed', 'post', 'like', 'create', 'mix'] as const)
+          await send(
+            Number(new URL(server.url).port),
+            sequence(
+              kind,
+              50,
+              db.tokens.map((t) => t.token),
+            ),
+          )
         if (hasWrk) {
           const result = wrk(server.url, 'mix')
           assert.ok(result.requests > 0)
@@ -232,12 +311,20 @@ for (const script of ['bench/floor.ts', 'bench/floor-net.ts', 'bench/floor-hono.
       })
     })
 
-    test('refuses what it cannot read with a 400, and closes the connection', { skip: script === 'bench/floor.ts' && 'node:http reads it' }, async () => {
-      for (const bytes of ['nonsense\r\n\r\n', 'GET /feed HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n', 'GET /feed HTTP/1.1\r\nno colon\r\n\r\n']) {
-        const answer = await ask(floor, bytes)
-        assert.equal(answer.raw, 'HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n', bytes.split('\r\n')[0])
-      }
-    })
+    test(
+      'refuses what it cannot read with a 400, and closes the connection',
+      { skip: script === 'bench/floor.ts' && 'node:http reads it' },
+      async () => {
+        for (const bytes of [
+          'nonsense\r\n\r\n',
+          'GET /feed HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n',
+          'GET /feed HTTP/1.1\r\nno colon\r\n\r\n',
+        ]) {
+          const answer = await ask(floor, bytes)
+          assert.equal(answer.raw, 'HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n', bytes.split('\r\n')[0])
+        }
+      },
+    )
   })
 }
 
@@ -247,7 +334,8 @@ describe('bench/sequence.ts', () => {
     assert.deepEqual(sequence('mix', 500, list), sequence('mix', 500, list))
     const kinds = new Set(sequence('mix', 500, list).map((r) => r.kind))
     assert.deepEqual([...kinds].sort(), ['create', 'feed', 'like', 'post'])
-    for (const kind of ['feed', 'post', 'like', 'create', 'mix'] as const) await send(Number(new URL(app.url).port), sequence(kind, 50, list))
+    for (const kind of ['feed', 'post', 'like', 'create', 'mix'] as const)
+      await send(Number(new URL(app.url).port), sequence(kind, 50, list))
   })
 
   test('rejects at the first answer that is not what the kind expects', async () => {

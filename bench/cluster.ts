@@ -30,7 +30,8 @@ const POST = `SELECT json_object('post', json_object('id', p.id, 'body', p.body,
 const randomPost = () => 1 + Math.floor(Math.random() * 500_000)
 const at = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? NaN
 // Moves a running process, every thread of it, to these cores.
-const pin = (pid: number, cores: string) => execFileSync('taskset', ['-a', '-p', '-c', cores, String(pid)], { stdio: 'ignore' })
+const pin = (pid: number, cores: string) =>
+  execFileSync('taskset', ['-a', '-p', '-c', cores, String(pid)], { stdio: 'ignore' })
 
 // The challenge's writes at about its score: 73,000 users x 0.106 requests a second x 7.8% writes.
 // A like 15 times for every 2 new posts, as in the k6 loop.
@@ -40,11 +41,27 @@ const CREATE_SHARE = 2 / 17
 const CONNECTIONS = 2_000
 
 type Run = { measureS: number; warmupS: number; tokens: string[]; seed: Seed; quick: boolean }
-type Saturation = { rps: number; cpu_us: number; others_cpu_us: number; p50_ms: number; p99_ms: number; errors: number; example: string; load_cpu: number }
+type Saturation = {
+  rps: number
+  cpu_us: number
+  others_cpu_us: number
+  p50_ms: number
+  p99_ms: number
+  errors: number
+  example: string
+  load_cpu: number
+}
 
 export async function clusterBench({ seed, quick, flags }: { seed: Seed; quick: boolean; flags: string[] }) {
-  if (!LITESTREAM) throw new Error('--cluster needs Litestream 0.5.17: set LITESTREAM_BIN, or put it at ../shared/tools/litestream')
-  const run: Run = { measureS: quick ? 3 : 10, warmupS: quick ? 1 : 2, tokens: readFileSync(seed.tokens, 'utf8').trim().split('\n'), seed, quick }
+  if (!LITESTREAM)
+    throw new Error('--cluster needs Litestream 0.5.17: set LITESTREAM_BIN, or put it at ../shared/tools/litestream')
+  const run: Run = {
+    measureS: quick ? 3 : 10,
+    warmupS: quick ? 1 : 2,
+    tokens: readFileSync(seed.tokens, 'utf8').trim().split('\n'),
+    seed,
+    quick,
+  }
   const dir = join(CACHE, `cluster-${process.pid}`)
   mkdirSync(dir, { recursive: true })
   const plain = join(dir, 'plain.db')
@@ -60,7 +77,10 @@ export async function clusterBench({ seed, quick, flags }: { seed: Seed; quick: 
 
 // The post statement in this process, pinned to the server core: CPU per query, and the CPU the
 // given replication process spent meanwhile.
-function statementCost(path: string, { quick, readOnly = false, pid }: { quick: boolean; readOnly?: boolean; pid?: number }) {
+function statementCost(
+  path: string,
+  { quick, readOnly = false, pid }: { quick: boolean; readOnly?: boolean; pid?: number },
+) {
   if (pid) pin(pid, SERVER_CORE)
   pin(process.pid, SERVER_CORE)
   const queries = quick ? 5_000 : 20_000
@@ -79,7 +99,14 @@ function statementCost(path: string, { quick, readOnly = false, pid }: { quick: 
 
 // wrk at saturation; CPU per request of the given processes, their trees included. With more
 // connections than wrk's 64, a request may wait its turn longer than 2 s: the timeout is 10 s then.
-async function saturate(run: Run, url: string, kind: string, pids: () => number[], connections = 64, others: () => number[] = () => []): Promise<Saturation> {
+async function saturate(
+  run: Run,
+  url: string,
+  kind: string,
+  pids: () => number[],
+  connections = 64,
+  others: () => number[] = () => [],
+): Promise<Saturation> {
   const options = { connections, timeoutS: connections > 64 ? 10 : 2 }
   await wrk(url, kind, run.warmupS, run.seed.tokens, options)
   const ticks = (of: () => number[]) => of().reduce((sum, pid) => sum + treeCpuTicks(pid), 0)
@@ -87,8 +114,19 @@ async function saturate(run: Run, url: string, kind: string, pids: () => number[
   const result = await wrk(url, kind, run.measureS, run.seed.tokens, options)
   const [cpu, othersCpu] = [ticks(pids) - before[0], ticks(others) - before[1]].map((t) => t * TICK_US)
   // A socket error here is mostly a request wrk gave up on after its timeout.
-  const example = result.bad_example || (result.socket_errors ? `${result.socket_errors} socket errors or timeouts (over ${options.timeoutS} s)` : '')
-  return { rps: result.requests / (result.duration_us / 1e6), cpu_us: cpu / result.requests, others_cpu_us: othersCpu / result.requests, p50_ms: result.p50_us / 1000, p99_ms: result.p99_us / 1000, errors: result.bad + result.socket_errors, example, load_cpu: result.loadCpu }
+  const example =
+    result.bad_example ||
+    (result.socket_errors ? `${result.socket_errors} socket errors or timeouts (over ${options.timeoutS} s)` : '')
+  return {
+    rps: result.requests / (result.duration_us / 1e6),
+    cpu_us: cpu / result.requests,
+    others_cpu_us: othersCpu / result.requests,
+    p50_ms: result.p50_us / 1000,
+    p99_ms: result.p99_us / 1000,
+    errors: result.bad + result.socket_errors,
+    example,
+    load_cpu: result.loadCpu,
+  }
 }
 
 // Likes one at a time: latency, and CPU a write of each counter (CPU ticks of some processes).
@@ -98,7 +136,11 @@ async function oneAtATime(run: Run, url: string, count: number, counters: (() =>
   const before = counters.map((ticks) => ticks())
   for (let i = 0; i < count; i++) {
     const started = performance.now()
-    const res = await fetch(`${url}/posts/${randomPost()}/like`, { method: 'POST', headers: { authorization: `Bearer ${run.tokens[i % run.tokens.length]}` }, signal: AbortSignal.timeout(15_000) })
+    const res = await fetch(`${url}/posts/${randomPost()}/like`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${run.tokens[i % run.tokens.length]}` },
+      signal: AbortSignal.timeout(15_000),
+    })
     await res.arrayBuffer()
     if (res.status !== 201 && res.status !== 200) throw new Error(`a like answered ${res.status}`)
     if (res.headers.get('litestream-caught-up') === 'false') notCaughtUp++
@@ -106,14 +148,27 @@ async function oneAtATime(run: Run, url: string, count: number, counters: (() =>
   }
   const cpu_us = counters.map((ticks, i) => ((ticks() - before[i]) * TICK_US) / count)
   latencies.sort((x, y) => x - y)
-  return { count, p50_ms: at(latencies, 0.5), p99_ms: at(latencies, 0.99), max_ms: latencies.at(-1)!, cpu_us, not_caught_up: notCaughtUp }
+  return {
+    count,
+    p50_ms: at(latencies, 0.5),
+    p99_ms: at(latencies, 0.99),
+    max_ms: latencies.at(-1)!,
+    cpu_us,
+    not_caught_up: notCaughtUp,
+  }
 }
 
 // From a new post's 201 on the primary to a read of the replica's file finding it (this process reads
 // the file every 2 ms). Idle: one post at a time, at random moments against the replication's clock;
 // with `rate`, writes at that rate for `seconds` (likes and new posts, as the challenge writes), each
 // new post timed. The counters' CPU is given per second of the run.
-async function lag(run: Run, primaryUrl: string, replicaDb: string, { rate, seconds, posts }: { rate?: number; seconds?: number; posts?: number }, counters: (() => number)[] = []) {
+async function lag(
+  run: Run,
+  primaryUrl: string,
+  replicaDb: string,
+  { rate, seconds, posts }: { rate?: number; seconds?: number; posts?: number },
+  counters: (() => number)[] = [],
+) {
   const probe = lagProbe(run, primaryUrl, replicaDb)
   const before = counters.map((ticks) => ticks())
   const started = performance.now()
@@ -135,8 +190,14 @@ async function lag(run: Run, primaryUrl: string, replicaDb: string, { rate, seco
   const elapsedS = (performance.now() - started) / 1000
   const { lags, lost, written, errors, example } = await probe.stop()
   return {
-    writes_per_s: written / elapsedS, timed: lags.length, p50_ms: at(lags, 0.5), p99_ms: at(lags, 0.99),
-    max_ms: lags.at(-1) ?? NaN, not_seen_in_10_s: lost, errors, example,
+    writes_per_s: written / elapsedS,
+    timed: lags.length,
+    p50_ms: at(lags, 0.5),
+    p99_ms: at(lags, 0.99),
+    max_ms: lags.at(-1) ?? NaN,
+    not_seen_in_10_s: lost,
+    errors,
+    example,
     cpu_per_s: counters.map((ticks, i) => ((ticks() - before[i]) * TICK_US) / 1e6 / elapsedS),
   }
 }
@@ -170,8 +231,10 @@ function lagProbe(run: Run, primaryUrl: string, replicaDb: string) {
   const write = async (i: number, create: boolean) => {
     const token = run.tokens[(i * 7919) % run.tokens.length]
     const res = await fetch(create ? `${primaryUrl}/posts` : `${primaryUrl}/posts/${randomPost()}/like`, {
-      method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
-      body: create ? JSON.stringify({ body: `Lag probe ${i}` }) : undefined, signal: AbortSignal.timeout(15_000),
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: create ? JSON.stringify({ body: `Lag probe ${i}` }) : undefined,
+      signal: AbortSignal.timeout(15_000),
     }).catch((error: Error) => ({ status: 0, text: async () => error.message }))
     const text = await res.text()
     if (!(res.status === 201 || (!create && res.status === 200))) {
@@ -202,7 +265,8 @@ function lagProbe(run: Run, primaryUrl: string, replicaDb: string) {
 }
 const lagText = (l: Awaited<ReturnType<typeof lag>>) =>
   `p50 ${fmt(l.p50_ms, 1)} ms, p99 ${fmt(l.p99_ms, 1)} ms, max ${fmt(l.max_ms, 1)} ms (${fmt(l.timed)} posts)` +
-  (l.not_seen_in_10_s ? `; ${l.not_seen_in_10_s} not on the replica after 10 s` : '') + (l.errors ? `; ${l.errors} bad answers, e.g. ${l.example}` : '')
+  (l.not_seen_in_10_s ? `; ${l.not_seen_in_10_s} not on the replica after 10 s` : '') +
+  (l.errors ? `; ${l.errors} bad answers, e.g. ${l.example}` : '')
 
 // CPU ticks of a node's processes by kind: Litestream's, and the rest (Node: the API, and start.ts).
 function ticksOf(pid: number, litestream: boolean) {
@@ -217,9 +281,13 @@ function ticksOf(pid: number, litestream: boolean) {
 
 function printMix(mix: Record<string, Saturation>) {
   const base = Object.values(mix)[0].cpu_us
-  console.log(`   ${'where'.padEnd(20)} ${'req/s'.padStart(7)} ${'CPU us/req'.padStart(11)} ${'x plain'.padStart(8)} ${'p50 ms'.padStart(7)} ${'p99 ms'.padStart(7)} ${'wrk CPU'.padStart(8)} errors`)
+  console.log(
+    `   ${'where'.padEnd(20)} ${'req/s'.padStart(7)} ${'CPU us/req'.padStart(11)} ${'x plain'.padStart(8)} ${'p50 ms'.padStart(7)} ${'p99 ms'.padStart(7)} ${'wrk CPU'.padStart(8)} errors`,
+  )
   for (const [name, r] of Object.entries(mix)) {
-    console.log(`   ${name.padEnd(20)} ${fmt(r.rps).padStart(7)} ${fmt(r.cpu_us, 1).padStart(11)} ${fmt(r.cpu_us / base, 2).padStart(8)} ${fmt(r.p50_ms, 2).padStart(7)} ${fmt(r.p99_ms, 2).padStart(7)} ${`${fmt(r.load_cpu * 100)}%`.padStart(8)} ${r.errors}${r.example ? ` e.g. ${r.example}` : ''}`)
+    console.log(
+      `   ${name.padEnd(20)} ${fmt(r.rps).padStart(7)} ${fmt(r.cpu_us, 1).padStart(11)} ${fmt(r.cpu_us / base, 2).padStart(8)} ${fmt(r.p50_ms, 2).padStart(7)} ${fmt(r.p99_ms, 2).padStart(7)} ${`${fmt(r.load_cpu * 100)}%`.padStart(8)} ${r.errors}${r.example ? ` e.g. ${r.example}` : ''}`,
+    )
   }
 }
 
@@ -239,9 +307,11 @@ async function followersBench(run: Run, flags: string[], plain: string, dir: str
   const settings: Record<string, unknown> = {}
   const report: Record<string, unknown> = { settings }
   const version = execFileSync(LITESTREAM!, ['version'], { encoding: 'utf8' }).trim()
-  console.log(`\nLitestream followers: ${version}, a file replica; ` +
-    `the follower (its API and Litestream) on core ${SERVER_CORE}, ` +
-    `wrk and the primary on core ${LOAD_CORE}`)
+  console.log(
+    `\nLitestream followers: ${version}, a file replica; ` +
+      `the follower (its API and Litestream) on core ${SERVER_CORE}, ` +
+      `wrk and the primary on core ${LOAD_CORE}`,
+  )
   let errors = 0
   for (const [n, setting] of SYNC_SETTINGS.entries()) {
     const started: Server[] = []
@@ -278,12 +348,19 @@ async function startPair(run: Run, { flags, dir, n, setting }: Setting, started:
   log(`bench: Litestream, ${setting.name}: a primary, its first snapshot, then a follower restoring it`)
   const primaryEnv = { ...env, ...setting.env }
   const workdir = join(dir, `primary-${n}`)
-  const primary = await benchServer(START, { flags, seed: run.seed, cores: LOAD_CORE, workdir, env: primaryEnv, timeoutMs: 60_000 })
+  const primary = await benchServer(START, {
+    flags,
+    seed: run.seed,
+    cores: LOAD_CORE,
+    workdir,
+    env: primaryEnv,
+    timeoutMs: 60_000,
+  })
   started.push(primary)
   // Its first snapshot, and its first level-1 compaction, which rereads the whole snapshot 30 s after
   // a start: neither weighs on a box that runs, so neither is measured (--quick waits for the first).
   const ready = run.quick ? /snapshot complete/ : /snapshot complete[^]*compaction complete.*level=1/
-  await until(() => ready.test(primary.stdout()), 90_000, 'the primary\'s first snapshot')
+  await until(() => ready.test(primary.stdout()), 90_000, "the primary's first snapshot")
   const followerDir = join(dir, `follower-${n}`)
   const followerEnv = { ...env, PRIMARY_API_URL: primary.url }
   const follower = await benchServer(START, { flags, workdir: followerDir, env: followerEnv, timeoutMs: 120_000 })
@@ -304,22 +381,35 @@ async function statementAndMix(run: Run, { flags, plain, primary, follower, foll
   }
   console.log('  1. the post statement alone, CPU per query (us)')
   for (const [name, s] of Object.entries(statement)) {
-    console.log(`     ${name.padEnd(10)} node ${fmt(s.node_us, 1).padStart(6)}  ` +
-      `litestream ${fmt(s.replication_us, 1).padStart(6)}  ` +
-      `total ${fmt(s.node_us + s.replication_us, 1).padStart(6)}`)
+    console.log(
+      `     ${name.padEnd(10)} node ${fmt(s.node_us, 1).padStart(6)}  ` +
+        `litestream ${fmt(s.replication_us, 1).padStart(6)}  ` +
+        `total ${fmt(s.node_us + s.replication_us, 1).padStart(6)}`,
+    )
   }
   const mix: Record<string, Saturation> = {}
   const app = join(import.meta.dirname, '..', 'dist', 'app.js')
   const server = await benchServer(app, { flags, env: { SQLITE_PATH: plain } })
   mix['plain file'] = await saturate(run, server.url, 'mix', () => [server.pid], CONNECTIONS)
   await server.stop()
-  mix['follower'] = await saturate(run, follower.url, 'mix', () => [follower.pid], CONNECTIONS, () => [primary.pid])
+  mix['follower'] = await saturate(
+    run,
+    follower.url,
+    'mix',
+    () => [follower.pid],
+    CONNECTIONS,
+    () => [primary.pid],
+  )
   const primaryUs = mix['follower'].others_cpu_us
-  console.log(`  2. the mix at saturation, ${fmt(CONNECTIONS)} connections ` +
-    '(CPU per request counts the follower\'s Litestream)')
+  console.log(
+    `  2. the mix at saturation, ${fmt(CONNECTIONS)} connections ` +
+      "(CPU per request counts the follower's Litestream)",
+  )
   printMix(mix)
-  console.log('     the primary (its API and Litestream), taking the follower\'s writes: ' +
-    `${fmt(primaryUs, 1)} us a follower request`)
+  console.log(
+    "     the primary (its API and Litestream), taking the follower's writes: " +
+      `${fmt(primaryUs, 1)} us a follower request`,
+  )
   return { statement, mix, errors: Object.values(mix).reduce((sum, r) => sum + r.errors, 0) }
 }
 
@@ -333,8 +423,10 @@ async function writesAndLag(run: Run, { n, primary, follower, followerDb }: Pair
   const count = n === 0 ? (quick ? 10 : 40) : quick ? 20 : 100
   const forwarded = await oneAtATime(run, follower.url, count, counters)
   const direct = await oneAtATime(run, primary.url, count, counters)
-  console.log('  3. one like at a time ' +
-    '(CPU us per write: follower API, follower Litestream, primary API, primary Litestream)')
+  console.log(
+    '  3. one like at a time ' +
+      '(CPU us per write: follower API, follower Litestream, primary API, primary Litestream)',
+  )
   for (const [name, r] of Object.entries({ 'to the follower': forwarded, 'to the primary': direct })) {
     console.log(`     ${name.padEnd(16)} ${writeText(r)}`)
   }
@@ -342,10 +434,12 @@ async function writesAndLag(run: Run, { n, primary, follower, followerDb }: Pair
   const rateCounters = [litestreamOf(primary), litestreamOf(follower), apiOf(follower)]
   const atRate = await lag(run, primary.url, followerDb, { rate: WRITE_RATE, seconds: quick ? 5 : 20 }, rateCounters)
   console.log(`  4. from a post's 201 on the primary to the follower's file: idle ${lagText(idle)}`)
-  console.log(`     at the challenge's write rate (${fmt(atRate.writes_per_s)} writes/s): ${lagText(atRate)}; ` +
-    `CPU: the primary's Litestream ${fmt(atRate.cpu_per_s[0] * 100, 1)}% of a core, ` +
-    `the follower's ${fmt(atRate.cpu_per_s[1] * 100, 1)}%, ` +
-    `the follower's Node ${fmt(atRate.cpu_per_s[2] * 100, 1)}%`)
+  console.log(
+    `     at the challenge's write rate (${fmt(atRate.writes_per_s)} writes/s): ${lagText(atRate)}; ` +
+      `CPU: the primary's Litestream ${fmt(atRate.cpu_per_s[0] * 100, 1)}% of a core, ` +
+      `the follower's ${fmt(atRate.cpu_per_s[1] * 100, 1)}%, ` +
+      `the follower's Node ${fmt(atRate.cpu_per_s[2] * 100, 1)}%`,
+  )
   const errors = idle.errors + idle.not_seen_in_10_s + atRate.errors + atRate.not_seen_in_10_s
   return { result: { write: { forwarded, direct }, lag_idle: idle, lag_at_write_rate: atRate }, errors }
 }
@@ -354,14 +448,20 @@ async function writesAndLag(run: Run, { n, primary, follower, followerDb }: Pair
 function summary(report: Record<string, any>) {
   const [defaults] = SYNC_SETTINGS.map((s) => report.settings[s.name])
   const statement = defaults.statement
-  console.log(`\na follower against a plain file: the post statement ${fmt((statement.follower.node_us + statement.follower.replication_us) / statement.plain.node_us, 2)} x, ` +
-    `the mix ${fmt(defaults.mix.follower.cpu_us / defaults.mix['plain file'].cpu_us, 2)} x the CPU a request`)
-  console.log(`   ${'setting'.padEnd(32)} ${'forwarded like p50 / p99'.padEnd(26)} ${'lag idle p50 / p99'.padEnd(22)} ${`lag at ${WRITE_RATE} writes/s`.padEnd(22)} primary's Litestream at it`)
+  console.log(
+    `\na follower against a plain file: the post statement ${fmt((statement.follower.node_us + statement.follower.replication_us) / statement.plain.node_us, 2)} x, ` +
+      `the mix ${fmt(defaults.mix.follower.cpu_us / defaults.mix['plain file'].cpu_us, 2)} x the CPU a request`,
+  )
+  console.log(
+    `   ${'setting'.padEnd(32)} ${'forwarded like p50 / p99'.padEnd(26)} ${'lag idle p50 / p99'.padEnd(22)} ${`lag at ${WRITE_RATE} writes/s`.padEnd(22)} primary's Litestream at it`,
+  )
   for (const setting of SYNC_SETTINGS) {
     const r = report.settings[setting.name]
     const pair = (a: number, b: number) => `${fmt(a, 1)} / ${fmt(b, 1)} ms`
-    console.log(`   ${setting.name.padEnd(32)} ${pair(r.write.forwarded.p50_ms, r.write.forwarded.p99_ms).padEnd(26)} ${pair(r.lag_idle.p50_ms, r.lag_idle.p99_ms).padEnd(22)} ` +
-      `${pair(r.lag_at_write_rate.p50_ms, r.lag_at_write_rate.p99_ms).padEnd(22)} ${fmt(r.lag_at_write_rate.cpu_per_s[0] * 100, 1)}% of a core`)
+    console.log(
+      `   ${setting.name.padEnd(32)} ${pair(r.write.forwarded.p50_ms, r.write.forwarded.p99_ms).padEnd(26)} ${pair(r.lag_idle.p50_ms, r.lag_idle.p99_ms).padEnd(22)} ` +
+        `${pair(r.lag_at_write_rate.p50_ms, r.lag_at_write_rate.p99_ms).padEnd(22)} ${fmt(r.lag_at_write_rate.cpu_per_s[0] * 100, 1)}% of a core`,
+    )
   }
 }
 

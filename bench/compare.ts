@@ -19,12 +19,33 @@ import type { Seed } from '../harness/seed.ts'
 import { LITESTREAM, ROOT } from '../harness/tools.ts'
 import { PER_GENERATOR, USER_RATE } from './hold.ts'
 import {
-  buildAgainst, commitOf, fmt, LOAD_CORE, log, memoryCgroup, nodeRelease, prepare, red, REPLICA_URL, RESULTS, SERVER_CORE, sh,
-  shippedEnv, yellow,
+  buildAgainst,
+  commitOf,
+  fmt,
+  LOAD_CORE,
+  log,
+  memoryCgroup,
+  nodeRelease,
+  prepare,
+  red,
+  REPLICA_URL,
+  RESULTS,
+  SERVER_CORE,
+  sh,
+  shippedEnv,
+  yellow,
 } from './lib.ts'
 import { printTable, recordInBenchmarks, roundByRound, type Summary, summarize } from './report.ts'
 import {
-  type Endpoint, endpointsOf, LABEL, type Saturation, saturate, saturateTogether, type Settings, settingsOf, stopS3,
+  type Endpoint,
+  endpointsOf,
+  LABEL,
+  type Saturation,
+  saturate,
+  saturateTogether,
+  type Settings,
+  settingsOf,
+  stopS3,
   type Variant,
 } from './saturation.ts'
 import { type Hold, usersComparison, type UsersSettings, usersVariantsOf } from './users-comparison.ts'
@@ -56,7 +77,12 @@ type Args = ReturnType<typeof parseArgs<{ options: typeof OPTIONS }>>['values']
 // What a comparison measures: its endpoints at saturation, in rounds, and the users holds unless the
 // run is about saturation (--only, --box) and no --hold asks for them.
 type Plan = {
-  only: Endpoint[]; rounds: number; settings: Settings; users: UsersSettings; runUsers: boolean; together: boolean
+  only: Endpoint[]
+  rounds: number
+  settings: Settings
+  users: UsersSettings
+  runUsers: boolean
+  together: boolean
 }
 
 function parseDuration(text: string): number {
@@ -113,8 +139,10 @@ export async function main(argv: string[]) {
     const mix = rows.find((r) => r.endpoint === 'mix' && r.variant === 'ours')
     const usersEstimate = mix ? (0.8 * mix.rps) / USER_RATE : undefined
     if (usersEstimate) {
-      console.log(`\nestimate, not a measurement: users ~ 0.8 x ${fmt(mix!.rps)} mix req/s / 0.106 = ` +
-        `${fmt(usersEstimate)} on one core of this machine`)
+      console.log(
+        `\nestimate, not a measurement: users ~ 0.8 x ${fmt(mix!.rps)} mix req/s / 0.106 = ` +
+          `${fmt(usersEstimate)} on one core of this machine`,
+      )
     }
     const measured = { sqlite, workers: Number(args.workers), cgroupNote: cgroup.note, holds, users, runs, rows, c0 }
     const result = resultOf(plan, { ours, variants, usersVariants }, { ...measured, usersEstimate })
@@ -132,34 +160,59 @@ export async function main(argv: string[]) {
 }
 
 type Measured = {
-  sqlite: string; workers: number; cgroupNote: string; holds: Hold[]; users?: ReturnType<typeof printUsersReport>
-  runs: Saturation[]; rows: Summary[]; c0: number; usersEstimate?: number
+  sqlite: string
+  workers: number
+  cgroupNote: string
+  holds: Hold[]
+  users?: ReturnType<typeof printUsersReport>
+  runs: Saturation[]
+  rows: Summary[]
+  c0: number
+  usersEstimate?: number
 }
 
 // The run's results file: what ran, where and how, every hold and every saturation run, and the summaries.
 function resultOf(plan: Plan, { ours, variants, usersVariants }: Omit<Cast, 'floorFits' | 'cgroupNote'>, m: Measured) {
   const { settings, users } = plan
   return {
-    date: new Date().toISOString(), commit: ours.commit, node: process.version, sqlite: m.sqlite,
+    date: new Date().toISOString(),
+    commit: ours.commit,
+    node: process.version,
+    sqlite: m.sqlite,
     machine: {
-      cpu: cpus()[0].model, cores: cpus().length, kernel: release(), memory_gb: Math.round(totalmem() / 1024 ** 3),
+      cpu: cpus()[0].model,
+      cores: cpus().length,
+      kernel: release(),
+      memory_gb: Math.round(totalmem() / 1024 ** 3),
     },
     settings: {
-      quick: settings.quick, warmup_s: settings.warmupS, measure_s: settings.measureS, rounds: plan.rounds,
-      workers: m.workers, cgroup: m.cgroupNote, variants,
+      quick: settings.quick,
+      warmup_s: settings.warmupS,
+      measure_s: settings.measureS,
+      rounds: plan.rounds,
+      workers: m.workers,
+      cgroup: m.cgroupNote,
+      variants,
     },
     // The users holds: each hold (its round and variant), each variant's medians, each variant's ratios
     // to ours round by round (min, max, median), for CPU a request, user, sys, switches, syscalls, and
     // its CPU a request over each floor's the same way (cpu_to_floors).
     users_hold: m.users && {
       settings: {
-        connections: users.connections, ramp_s: users.rampS, hold_s: users.holdS, rounds: users.rounds,
-        loop_on_arrival: true, variants: usersVariants.map((v) => v.name),
+        connections: users.connections,
+        ramp_s: users.rampS,
+        hold_s: users.holdS,
+        rounds: users.rounds,
+        loop_on_arrival: true,
+        variants: usersVariants.map((v) => v.name),
       },
       ...m.users,
     },
     holds: m.holds,
-    c0_us: m.c0, saturation: m.rows, runs: m.runs, users_estimate: m.usersEstimate,
+    c0_us: m.c0,
+    saturation: m.rows,
+    runs: m.runs,
+    users_estimate: m.usersEstimate,
   }
 }
 
@@ -216,7 +269,8 @@ function replicated(variants: Variant[], ours: Variant, syncWait: boolean): Vari
 }
 
 // A Node's version and its SQLite's.
-const VERSIONS = "import { DatabaseSync } from 'node:sqlite'; const db = new DatabaseSync(':memory:'); " +
+const VERSIONS =
+  "import { DatabaseSync } from 'node:sqlite'; const db = new DatabaseSync(':memory:'); " +
   "console.log(`Node ${process.version}, SQLite ${db.prepare('SELECT sqlite_version() AS v').get().v}`)"
 const versions = (node: string) => sh(node, ['--input-type=module', '-e', VERSIONS])
 
@@ -227,20 +281,29 @@ function describe(plan: Plan, { ours, variants, usersVariants, floorFits, cgroup
   const { settings, users } = plan
   const sqlite = /SQLite (\S+)/.exec(versions(process.execPath))![1]
   const machine = `${cpus()[0].model} x${cpus().length}`
-  console.log(`bench ${new Date().toISOString()}: commit ${ours.commit}, Node ${process.version}, SQLite ${sqlite}, ` +
-    machine)
+  console.log(
+    `bench ${new Date().toISOString()}: commit ${ours.commit}, Node ${process.version}, SQLite ${sqlite}, ` + machine,
+  )
   console.log(`server on core ${SERVER_CORE} (taskset), ${cgroupNote}; load on core ${LOAD_CORE}`)
   if (plan.runUsers) {
-    console.log(`users holds: ${fmt(users.connections)} users arriving evenly over ${fmt(users.rampS)} s, ` +
-      `each looping from its arrival, then ${fmt(users.holdS)} s measured; ` +
-      `${users.rounds} round(s) of ${usersVariants.map((v) => v.name).join('; ')}`)
+    console.log(
+      `users holds: ${fmt(users.connections)} users arriving evenly over ${fmt(users.rampS)} s, ` +
+        `each looping from its arrival, then ${fmt(users.holdS)} s measured; ` +
+        `${users.rounds} round(s) of ${usersVariants.map((v) => v.name).join('; ')}`,
+    )
     if (!floorFits) {
-      console.log(yellow('the floors are one process each, which holds about 19,900 connections here: ' +
-        `left out of the users holds above ${fmt(PER_GENERATOR)} users`))
+      console.log(
+        yellow(
+          'the floors are one process each, which holds about 19,900 connections here: ' +
+            `left out of the users holds above ${fmt(PER_GENERATOR)} users`,
+        ),
+      )
     }
   }
-  console.log(`saturation: wrk -t1 -c64, ${settings.warmupS} s warm-up, ${settings.measureS} s measured, ` +
-    `${plan.rounds} round(s)`)
+  console.log(
+    `saturation: wrk -t1 -c64, ${settings.warmupS} s warm-up, ${settings.measureS} s measured, ` +
+      `${plan.rounds} round(s)`,
+  )
   const named = new Map([...usersVariants, ...variants].map((v) => [v.name, v]))
   for (const v of named.values()) {
     if (v.name !== 'ours again') console.log(`${v.name}: ${commandOf(v, settings.workers)} (${versions(v.node)})`)
@@ -256,7 +319,8 @@ function commandOf(v: Variant, workers: string) {
   // The rest of its own environment (HTTP_SERVER=node-server, say); the replica's is said after.
   const env = Object.entries(v.env ?? {})
     .filter(([name]) => !['LD_PRELOAD', 'LITESTREAM_REPLICA_URL', 'LITESTREAM_BIN'].includes(name))
-    .map(([name, value]) => `${name}=${value} `).join('')
+    .map(([name, value]) => `${name}=${value} `)
+    .join('')
   const many = workers !== '0' ? `, WORKERS=${workers}` : ''
   return `${preload ? `LD_PRELOAD=${preload} ` : ''}${env}node ${[...v.flags, app].join(' ')}${many}${replica}`
 }
@@ -294,9 +358,11 @@ function printRatios(rows: Summary[], runs: Saturation[], variants: Variant[], o
         ? `   (Litestream itself: ${fmt(b.litestream_cpu_us, 1)} of ${fmt(b.cpu_us, 1)} us/req; ` +
           `the replica ${fmt(b.replica_behind_ms / 1000, 1)} s behind at most)`
         : ''
-      console.log(`${LABEL[e].padEnd(22)} CPU/req ${b.variant} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   ` +
-        `req/s ${fmt(b.rps / a.rps, 3)}` +
-        `${roundByRound(runs, e, b.variant)}${litestream}`)
+      console.log(
+        `${LABEL[e].padEnd(22)} CPU/req ${b.variant} / ours = ${fmt(b.cpu_us / a.cpu_us, 3)}   ` +
+          `req/s ${fmt(b.rps / a.rps, 3)}` +
+          `${roundByRound(runs, e, b.variant)}${litestream}`,
+      )
     }
   }
 }
@@ -307,7 +373,7 @@ function sayFailures(rows: Summary[], holds: Hold[]): boolean {
   let failed = false
   for (const r of rows) {
     const what = `${LABEL[r.endpoint]} (${r.variant})`
-    if (r.errors) (failed = true), console.log(red(`${what}: ${r.errors} bad responses, e.g. ${r.error_example}`))
+    if (r.errors) ((failed = true), console.log(red(`${what}: ${r.errors} bad responses, e.g. ${r.error_example}`)))
     const [load, server] = [fmt(r.load_cpu * 100), fmt(r.server_cpu * 100)]
     if (r.load_cpu > 0.95) {
       console.log(yellow(`${what}: wrk's core was at ${load}%: the load tool may have been the bottleneck`))
@@ -315,11 +381,15 @@ function sayFailures(rows: Summary[], holds: Hold[]): boolean {
   }
   for (const h of holds) {
     const what = `users hold (${h.variant}, round ${h.round})`
-    if (h.errors) (failed = true), console.log(red(`${what}: ${h.errors} errors, e.g. ${h.error_example}`))
+    if (h.errors) ((failed = true), console.log(red(`${what}: ${h.errors} errors, e.g. ${h.error_example}`)))
     if (!h.pass) {
       failed = true
-      console.log(red(`${what}: FAIL, p95 ${fmt(h.p95_ms, 1)} ms, p99 ${fmt(h.p99_ms, 1)} ms ` +
-        '(the pass line: p95 < 500 ms, p99 < 1 s, < 1% errors)'))
+      console.log(
+        red(
+          `${what}: FAIL, p95 ${fmt(h.p95_ms, 1)} ms, p99 ${fmt(h.p99_ms, 1)} ms ` +
+            '(the pass line: p95 < 500 ms, p99 < 1 s, < 1% errors)',
+        ),
+      )
     }
   }
   return failed

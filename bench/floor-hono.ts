@@ -55,7 +55,11 @@ class LightRequest {
 
 // Every answer here carries the same three headers, which the wire writes: reading them back from each
 // Response would measure an adapter, not Hono.
-const JSON_HEADERS = { 'content-type': 'application/json', 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' }
+const JSON_HEADERS = {
+  'content-type': 'application/json',
+  'x-content-type-options': 'nosniff',
+  'cache-control': 'no-store',
+}
 const json = (status: number, body: string) => new Response(body, { status, headers: JSON_HEADERS })
 
 // The writer a request's token names, or the 401 that refuses it.

@@ -69,7 +69,8 @@ export function tokenUser(authorization: string): { id: number; username: string
     const given = Buffer.from(signature, 'base64url')
     if (given.length !== expected.length || !timingSafeEqual(given, expected)) return undefined
     const claims = JSON.parse(Buffer.from(payload, 'base64url').toString())
-    if (!(claims.exp > Date.now() / 1000) || !DECIMAL.test(claims.sub) || typeof claims.username !== 'string') return undefined
+    if (!(claims.exp > Date.now() / 1000) || !DECIMAL.test(claims.sub) || typeof claims.username !== 'string')
+      return undefined
     return { id: Number(claims.sub), username: claims.username }
   } catch {
     return undefined

@@ -13,7 +13,14 @@ export type Handler = (request: WireRequest) => WireAnswer | Promise<WireAnswer>
 // node:http's --max-http-header-size; ours refuses a larger body (a 413), which the benchmark never sends.
 const MAX_HEAD_BYTES = 16 * 1024
 const MAX_BODY_BYTES = 16 * 1024
-const REASONS: Record<number, string> = { 200: 'OK', 201: 'Created', 400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found', 500: 'Internal Server Error' }
+const REASONS: Record<number, string> = {
+  200: 'OK',
+  201: 'Created',
+  400: 'Bad Request',
+  401: 'Unauthorized',
+  404: 'Not Found',
+  500: 'Internal Server Error',
+}
 const JSON_FIELDS = 'content-type: application/json\r\nx-content-type-options: nosniff\r\ncache-control: no-store\r\n'
 const MALFORMED = 'HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n'
 const FAILED: WireAnswer = { status: 500, body: '{"error":"internal server error"}' }
@@ -38,7 +45,13 @@ function parse(bytes: Buffer): Parsed | 'more' | 'malformed' {
   if (end > MAX_HEAD_BYTES) return 'malformed'
   const lines = bytes.toString('latin1', 0, end).split('\r\n')
   const [method, target, version, extra] = lines[0].split(' ')
-  if (extra !== undefined || !/^[A-Z]+$/.test(method) || !target?.startsWith('/') || (version !== 'HTTP/1.1' && version !== 'HTTP/1.0')) return 'malformed'
+  if (
+    extra !== undefined ||
+    !/^[A-Z]+$/.test(method) ||
+    !target?.startsWith('/') ||
+    (version !== 'HTTP/1.1' && version !== 'HTTP/1.0')
+  )
+    return 'malformed'
   const fields = new Map<string, string>()
   for (let i = 1; i < lines.length; i++) {
     const colon = lines[i].indexOf(':')
@@ -48,7 +61,8 @@ function parse(bytes: Buffer): Parsed | 'more' | 'malformed' {
     fields.set(name, fields.has(name) ? `${fields.get(name)}, ${value}` : value)
   }
   const declared = fields.get('content-length') ?? '0'
-  if (fields.has('transfer-encoding') || !/^\d{1,6}$/.test(declared) || Number(declared) > MAX_BODY_BYTES) return 'malformed'
+  if (fields.has('transfer-encoding') || !/^\d{1,6}$/.test(declared) || Number(declared) > MAX_BODY_BYTES)
+    return 'malformed'
   const length = end + 4 + Number(declared)
   if (bytes.length < length) return 'more'
   const connection = fields.get('connection')?.toLowerCase()
@@ -59,7 +73,9 @@ function parse(bytes: Buffer): Parsed | 'more' | 'malformed' {
 // One write: the status line, ours' fields, and the body.
 function write(socket: Socket, { status, body }: WireAnswer, keepAlive: boolean) {
   const connection = keepAlive ? 'Connection: keep-alive\r\nKeep-Alive: timeout=65\r\n' : 'Connection: close\r\n'
-  socket.write(`HTTP/1.1 ${status} ${REASONS[status] ?? 'Unknown'}\r\n${JSON_FIELDS}Date: ${utcDate()}\r\n${connection}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`)
+  socket.write(
+    `HTTP/1.1 ${status} ${REASONS[status] ?? 'Unknown'}\r\n${JSON_FIELDS}Date: ${utcDate()}\r\n${connection}Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  )
   if (!keepAlive) socket.end()
 }
 

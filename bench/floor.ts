@@ -12,7 +12,11 @@ import { DECIMAL, openFloorDatabase, tokenUser, type JsonRow } from './floor-sql
 
 const { db, feed, post, postExists, insertPost, insertLike } = openFloorDatabase(process.env.SQLITE_PATH!)
 
-const HEADERS = Object.entries({ 'content-type': 'application/json', 'x-content-type-options': 'nosniff', 'cache-control': 'no-store' })
+const HEADERS = Object.entries({
+  'content-type': 'application/json',
+  'x-content-type-options': 'nosniff',
+  'cache-control': 'no-store',
+})
 
 // The same bytes on the wire as ours: Node adds Content-Length, after its own headers.
 function answer(res: ServerResponse, status: number, body: string) {
@@ -23,7 +27,8 @@ function answer(res: ServerResponse, status: number, body: string) {
 
 async function route(req: IncomingMessage, res: ServerResponse) {
   const [, first, id, last] = req.url!.split('/')
-  if (req.method === 'GET' && first === 'feed' && id === undefined) return answer(res, 200, (feed.get() as JsonRow).json)
+  if (req.method === 'GET' && first === 'feed' && id === undefined)
+    return answer(res, 200, (feed.get() as JsonRow).json)
   if (first !== 'posts') return answer(res, 404, '{"error":"not found"}')
   if (req.method === 'GET' && id !== undefined && last === undefined) {
     if (!DECIMAL.test(id)) return answer(res, 400, '{"error":"invalid post id"}')
@@ -45,7 +50,8 @@ async function route(req: IncomingMessage, res: ServerResponse) {
     }
     const body = typeof input?.body === 'string' ? input.body.trim() : ''
     if (!body) return answer(res, 400, '{"error":"body is required"}')
-    if (body.length > 500 && [...body].length > 500) return answer(res, 400, '{"error":"body must be at most 500 characters"}')
+    if (body.length > 500 && [...body].length > 500)
+      return answer(res, 400, '{"error":"body must be at most 500 characters"}')
     const [{ json }] = insertPost.all({ userId: who.id, body, author: who.username }) as JsonRow[]
     return answer(res, 201, json)
   }
@@ -62,7 +68,9 @@ function failed(res: ServerResponse, error: unknown) {
   if (!res.headersSent) answer(res, 500, '{"error":"internal server error"}')
 }
 
-const server = createServer({ keepAliveTimeout: 65_000 }, (req, res) => route(req, res).catch((error) => failed(res, error)))
+const server = createServer({ keepAliveTimeout: 65_000 }, (req, res) =>
+  route(req, res).catch((error) => failed(res, error)),
+)
 server.listen(Number(process.env.PORT ?? 0), process.env.HOST ?? '127.0.0.1', () => {
   const { address, port } = server.address() as { address: string; port: number }
   console.log(`listening on http://${address}:${port}`)

@@ -23,10 +23,16 @@ export type Arrival = { open: number; failedToConnect: number; failure?: Error }
 // (bad statuses and bodies, closed connections, failed connects, unanswered requests, and the users
 // who never connected) summed; failure is a generator that died, whose figures are missing here.
 export type Tally = {
-  sent: number; answered: number; unanswered: number; errors: number; seconds: number
+  sent: number
+  answered: number
+  unanswered: number
+  errors: number
+  seconds: number
   // Each generator's share of its core over the hold.
   generatorCpu: number[]
-  latencies: number[]; example?: string; failure?: Error
+  latencies: number[]
+  example?: string
+  failure?: Error
 }
 
 type Generator = ReturnType<typeof usersGenerator> & { latencies: string }
@@ -47,7 +53,16 @@ export function startUsers(o: Users) {
     const url = o.url.replace('127.0.0.1', `127.0.0.${1 + i}`)
     const latencies = join(CACHE, `users-latencies-${process.pid}-${i}.json`)
     const { tokens, hold, ramp } = o
-    const generator = usersGenerator({ url, connections: share, tokens, latencies, idle: 0, hold, ramp, loopOnArrival: true })
+    const generator = usersGenerator({
+      url,
+      connections: share,
+      tokens,
+      latencies,
+      idle: 0,
+      hold,
+      ramp,
+      loopOnArrival: true,
+    })
     return { latencies, ...generator }
   })
   // Each generator's event, or the error it died with.

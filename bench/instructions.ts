@@ -52,7 +52,12 @@ const pct = (x: number) => `${x >= 0 ? '+' : ''}${(100 * x).toFixed(2)}%`
 
 // This machine's CPU, by name and by the features that choose code paths (glibc, V8, OpenSSL): counts
 // from different ones are not compared.
-export const cpuName = () => `${cpus()[0].model} (${readFileSync('/proc/cpuinfo', 'utf8').match(/^flags\s*:\s*(.*)$/m)?.[1].split(' ').filter((f) => /^(avx|avx2|avx512f|bmi2|sha_ni|fma)$/.test(f)).join(' ')})`
+export const cpuName = () =>
+  `${cpus()[0].model} (${readFileSync('/proc/cpuinfo', 'utf8')
+    .match(/^flags\s*:\s*(.*)$/m)?.[1]
+    .split(' ')
+    .filter((f) => /^(avx|avx2|avx512f|bmi2|sha_ni|fma)$/.test(f))
+    .join(' ')})`
 
 type Run = { child: ChildProcess; port: number; dir: string; output: () => string; stop: () => Promise<number | null> }
 
@@ -63,7 +68,13 @@ async function startTarget(target: Target, seed: Seed, prefix: string[], nodeFla
   copyFileSync(seed.db, join(dir, 'feed.db'))
   const command = [...prefix, process.execPath, ...nodeFlags, target.script]
   const child = spawn(command[0], command.slice(1), {
-    env: { PATH: process.env.PATH, SQLITE_PATH: join(dir, 'feed.db'), HOST: '127.0.0.1', PORT: '0', JWT_SECRET: DEFAULT_SECRET },
+    env: {
+      PATH: process.env.PATH,
+      SQLITE_PATH: join(dir, 'feed.db'),
+      HOST: '127.0.0.1',
+      PORT: '0',
+      JWT_SECRET: DEFAULT_SECRET,
+    },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let output = ''
@@ -81,7 +92,10 @@ async function startTarget(target: Target, seed: Seed, prefix: string[], nodeFla
   // SIGINT to node itself (the last process with the script on its command line): the server stops
   // as it does on Ctrl-C.
   const stop = async () => {
-    const node = processTree(child.pid!).filter((pid) => readFileSync(`/proc/${pid}/cmdline`, 'latin1').split('\0').includes(target.script)).at(-1) ?? child.pid!
+    const node =
+      processTree(child.pid!)
+        .filter((pid) => readFileSync(`/proc/${pid}/cmdline`, 'latin1').split('\0').includes(target.script))
+        .at(-1) ?? child.pid!
     process.kill(node, 'SIGINT')
     const timer = setTimeout(() => child.kill('SIGKILL'), 120_000)
     const [code] = child.exitCode === null ? await once(child, 'exit') : [child.exitCode]
@@ -100,8 +114,19 @@ async function answered(run: Run, kind: Kind, from: number, to: number, tokens: 
 async function instructions(target: Target, kind: Kind, k: number, seed: Seed, tokens: string[]): Promise<number> {
   const dir = join(CACHE, `cachegrind-${process.pid}`)
   mkdirSync(dir, { recursive: true })
-  const out = join(dir, `${target.name.replace(/\W+/g, '-')}-${kind}-${k}-${Math.random().toString(36).slice(2, 8)}.out`)
-  const prefix = ['setarch', process.arch === 'x64' ? 'x86_64' : 'aarch64', '-R', 'valgrind', '--tool=cachegrind', '--cache-sim=no', `--cachegrind-out-file=${out}`]
+  const out = join(
+    dir,
+    `${target.name.replace(/\W+/g, '-')}-${kind}-${k}-${Math.random().toString(36).slice(2, 8)}.out`,
+  )
+  const prefix = [
+    'setarch',
+    process.arch === 'x64' ? 'x86_64' : 'aarch64',
+    '-R',
+    'valgrind',
+    '--tool=cachegrind',
+    '--cache-sim=no',
+    `--cachegrind-out-file=${out}`,
+  ]
   const run = await startTarget(target, seed, prefix, [...target.flags, ...PREDICTABLE])
   try {
     await answered(run, kind, 0, k, tokens)
@@ -123,7 +148,12 @@ const ALLOCATED = `--import=data:text/javascript,${encodeURIComponent(
 // One plain run: every thread's time on a CPU and the bytes V8 allocated, a request, between request n
 // and 2n, then every thread's syscalls a request between 2n and 3n (perf counting the syscall
 // tracepoint, which slows each one a little: not while the CPU time is taken).
-async function plainRun(target: Target, kind: Kind, seed: Seed, tokens: string[]): Promise<{ cpu: number; syscalls: number; alloc: number }> {
+async function plainRun(
+  target: Target,
+  kind: Kind,
+  seed: Seed,
+  tokens: string[],
+): Promise<{ cpu: number; syscalls: number; alloc: number }> {
   const run = await startTarget(target, seed, [], [...target.flags, ALLOCATED])
   const pid = run.child.pid!
   const allocated = async () => {
@@ -137,13 +167,14 @@ async function plainRun(target: Target, kind: Kind, seed: Seed, tokens: string[]
     }
     return Number(said[1])
   }
-  const onCpuNs = () => readdirSync(`/proc/${pid}/task`).reduce((sum, task) => {
-    try {
-      return sum + Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0])
-    } catch {
-      return sum // a thread that ended meanwhile
-    }
-  }, 0)
+  const onCpuNs = () =>
+    readdirSync(`/proc/${pid}/task`).reduce((sum, task) => {
+      try {
+        return sum + Number(readFileSync(`/proc/${pid}/task/${task}/schedstat`, 'utf8').split(' ')[0])
+      } catch {
+        return sum // a thread that ended meanwhile
+      }
+    }, 0)
   try {
     await answered(run, kind, 0, N, tokens)
     const allocatedBefore = await allocated()
@@ -151,7 +182,9 @@ async function plainRun(target: Target, kind: Kind, seed: Seed, tokens: string[]
     await answered(run, kind, N, 2 * N, tokens)
     const cpu = (onCpuNs() - before) / 1000 / N
     const alloc = ((await allocated()) - allocatedBefore) / N
-    const perf = spawn('perf', ['stat', '-x,', '-e', 'raw_syscalls:sys_enter', '-p', String(pid)], { stdio: ['ignore', 'ignore', 'pipe'] })
+    const perf = spawn('perf', ['stat', '-x,', '-e', 'raw_syscalls:sys_enter', '-p', String(pid)], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    })
     let counted = ''
     perf.stderr.on('data', (chunk) => (counted += chunk))
     await new Promise((resolve) => setTimeout(resolve, 500)) // perf attaches to every thread
@@ -182,7 +215,13 @@ async function inPairs<T>(jobs: (() => Promise<T>)[]): Promise<T[]> {
 }
 
 // Every figure of every kind for one target, one pass.
-async function measureTarget(target: Target, kinds: Kind[], seed: Seed, tokens: string[], figures: Figure[] = FIGURES): Promise<Record<string, Figures>> {
+async function measureTarget(
+  target: Target,
+  kinds: Kind[],
+  seed: Seed,
+  tokens: string[],
+  figures: Figure[] = FIGURES,
+): Promise<Record<string, Figures>> {
   const wants = (f: Figure) => figures.includes(f)
   const jobs: Record<string, () => Promise<number>> = {}
   if (wants('first')) jobs['ir 0'] = () => instructions(target, 'feed', 0, seed, tokens)
@@ -192,7 +231,9 @@ async function measureTarget(target: Target, kinds: Kind[], seed: Seed, tokens: 
   }
   const names = Object.keys(jobs)
   log(`bench: ${target.name}: ${names.length} valgrind runs of up to ${fmt(2 * N)} requests`)
-  const counted = Object.fromEntries((await inPairs(names.map((name) => jobs[name]))).map((value, i) => [names[i], value]))
+  const counted = Object.fromEntries(
+    (await inPairs(names.map((name) => jobs[name]))).map((value, i) => [names[i], value]),
+  )
   const result: Record<string, Figures> = {}
   for (const kind of kinds) {
     result[kind] = {
@@ -205,7 +246,8 @@ async function measureTarget(target: Target, kinds: Kind[], seed: Seed, tokens: 
   }
   // The CPU time, the allocations and the syscalls, one run at a time: the CPU time is timed.
   for (const kind of kinds) {
-    if (wants('syscalls') || wants('cpu') || wants('alloc')) Object.assign(result[kind], await plainRun(target, kind, seed, tokens))
+    if (wants('syscalls') || wants('cpu') || wants('alloc'))
+      Object.assign(result[kind], await plainRun(target, kind, seed, tokens))
   }
   return result
 }
@@ -226,7 +268,8 @@ function noiseOf(a: Table, b: Table): Figures {
   return noise
 }
 
-const mean = (a: Figures, b: Figures): Figures => Object.fromEntries(FIGURES.map((f) => [f, (a[f] + b[f]) / 2])) as Figures
+const mean = (a: Figures, b: Figures): Figures =>
+  Object.fromEntries(FIGURES.map((f) => [f, (a[f] + b[f]) / 2])) as Figures
 
 // better, worse or noise: a difference counts past 3 x the A/A noise and past the floor.
 function verdict(figure: Figure, ours: number, theirs: number, noise: Figures) {
@@ -236,28 +279,72 @@ function verdict(figure: Figure, ours: number, theirs: number, noise: Figures) {
 }
 
 function print(kinds: Kind[], table: Table, passes: { a: Table; aa: Table }, noise: Figures) {
-  const header = ['endpoint', 'server', 'warm Ir/req', 'A/A', 'first n Ir/req', 'A/A', 'x floor', 'syscalls/req', 'A/A', 'CPU us/req', 'A/A', 'alloc B/req', 'A/A']
+  const header = [
+    'endpoint',
+    'server',
+    'warm Ir/req',
+    'A/A',
+    'first n Ir/req',
+    'A/A',
+    'x floor',
+    'syscalls/req',
+    'A/A',
+    'CPU us/req',
+    'A/A',
+    'alloc B/req',
+    'A/A',
+  ]
   const rows: string[][] = []
   const aaCell = (target: string, kind: Kind, f: Figure) => {
     const [x, y] = [passes.a[target]?.[kind]?.[f], passes.aa[target]?.[kind]?.[f]]
-    return x !== undefined && y !== undefined && Number.isFinite(x) && Number.isFinite(y) ? `${(100 * Math.abs(x - y) / ((x + y) / 2)).toFixed(2)}%` : '-'
+    return x !== undefined && y !== undefined && Number.isFinite(x) && Number.isFinite(y)
+      ? `${((100 * Math.abs(x - y)) / ((x + y) / 2)).toFixed(2)}%`
+      : '-'
   }
   for (const kind of kinds) {
     for (const target of Object.keys(table)) {
       const f = table[target][kind]
       const floor = table.floor?.[kind]?.warm
-      rows.push([kind, target, fmt(f.warm), aaCell(target, kind, 'warm'), fmt(f.first), aaCell(target, kind, 'first'),
-        floor ? fmt(f.warm / floor, 2) : '-', fmt(f.syscalls, 2), aaCell(target, kind, 'syscalls'), fmt(f.cpu, 1), aaCell(target, kind, 'cpu'), fmt(f.alloc), aaCell(target, kind, 'alloc')])
+      rows.push([
+        kind,
+        target,
+        fmt(f.warm),
+        aaCell(target, kind, 'warm'),
+        fmt(f.first),
+        aaCell(target, kind, 'first'),
+        floor ? fmt(f.warm / floor, 2) : '-',
+        fmt(f.syscalls, 2),
+        aaCell(target, kind, 'syscalls'),
+        fmt(f.cpu, 1),
+        aaCell(target, kind, 'cpu'),
+        fmt(f.alloc),
+        aaCell(target, kind, 'alloc'),
+      ])
     }
   }
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)))
-  const line = (cells: string[]) => cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ')
+  const line = (cells: string[]) =>
+    cells.map((c, i) => (i < 2 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ')
   console.log(line(header))
   for (const r of rows) console.log(line(r))
-  console.log(`\nA/A noise, the largest difference of the same build run twice: warm Ir ${pct(noise.warm)}, first n Ir ${pct(noise.first)}, syscalls ${pct(noise.syscalls)}, CPU time ${pct(noise.cpu)}, allocated ${pct(noise.alloc)}`)
+  console.log(
+    `\nA/A noise, the largest difference of the same build run twice: warm Ir ${pct(noise.warm)}, first n Ir ${pct(noise.first)}, syscalls ${pct(noise.syscalls)}, CPU time ${pct(noise.cpu)}, allocated ${pct(noise.alloc)}`,
+  )
 }
 
-export async function instructionsBench({ seed, flags, only, against, n = DEFAULT_N }: { seed: Seed; flags: string[]; only?: Kind[]; against?: { ref: string; app: string }; n?: number }) {
+export async function instructionsBench({
+  seed,
+  flags,
+  only,
+  against,
+  n = DEFAULT_N,
+}: {
+  seed: Seed
+  flags: string[]
+  only?: Kind[]
+  against?: { ref: string; app: string }
+  n?: number
+}) {
   N = n
   const kinds = only ?? [...KINDS]
   const tokens = readFileSync(seed.tokens, 'utf8').trim().split('\n')
@@ -265,14 +352,21 @@ export async function instructionsBench({ seed, flags, only, against, n = DEFAUL
     { name: 'ours', script: join(ROOT, 'dist', 'app.js'), flags },
     { name: 'floor', script: join(ROOT, 'bench', 'floor.ts'), flags },
   ]
-  console.log(`instructions: n = ${fmt(N)}, one keep-alive connection, ${cpuName()}, valgrind ${execFileSync('valgrind', ['--version'], { encoding: 'utf8' }).trim()}`)
-  console.log(`under valgrind: node ${[...flags, ...PREDICTABLE].join(' ')}, setarch -R; CPU time and syscalls: node ${flags.join(' ')}\n`)
+  console.log(
+    `instructions: n = ${fmt(N)}, one keep-alive connection, ${cpuName()}, valgrind ${execFileSync('valgrind', ['--version'], { encoding: 'utf8' }).trim()}`,
+  )
+  console.log(
+    `under valgrind: node ${[...flags, ...PREDICTABLE].join(' ')}, setarch -R; CPU time and syscalls: node ${flags.join(' ')}\n`,
+  )
   // Ours twice (the A/A), the floor once.
   const [ours, floor] = targets
   const table: Table = { ours: await measureTarget(ours, kinds, seed, tokens) }
   const aa: Table = { ours: await measureTarget(ours, kinds, seed, tokens) }
   const noise = noiseOf(table, aa)
-  const averaged: Table = { ours: Object.fromEntries(kinds.map((k) => [k, mean(table.ours[k], aa.ours[k])])), floor: await measureTarget(floor, kinds, seed, tokens) }
+  const averaged: Table = {
+    ours: Object.fromEntries(kinds.map((k) => [k, mean(table.ours[k], aa.ours[k])])),
+    floor: await measureTarget(floor, kinds, seed, tokens),
+  }
   let theirs: Record<string, Figures> | undefined
   if (against) {
     theirs = await measureTarget({ name: `against ${against.ref}`, script: against.app, flags }, kinds, seed, tokens)
@@ -286,13 +380,32 @@ export async function instructionsBench({ seed, flags, only, against, n = DEFAUL
         const v = verdict(f, averaged.ours[kind][f], theirs![kind][f], noise)
         return `${f} ${pct(v.change)} ${v.call}`
       })
-      console.log(`${kind.padEnd(7)} ${against!.ref} against ours: ${calls.join(', ')}   (called past 3 x the A/A noise and ${FIGURES.map((f) => pct(FLOOR[f])).join('/')})`)
+      console.log(
+        `${kind.padEnd(7)} ${against!.ref} against ours: ${calls.join(', ')}   (called past 3 x the A/A noise and ${FIGURES.map((f) => pct(FLOOR[f])).join('/')})`,
+      )
     }
   }
-  return { kinds, n: N, cpu: cpuName(), flags, predictable: PREDICTABLE, table: averaged, passes: { a: table, aa }, noise }
+  return {
+    kinds,
+    n: N,
+    cpu: cpuName(),
+    flags,
+    predictable: PREDICTABLE,
+    table: averaged,
+    passes: { a: table, aa },
+    noise,
+  }
 }
 
-type Baseline = { cpu: string; node: string; n: number; mix_warm_ir: number; noise: number; recorded: string; commit: string }
+type Baseline = {
+  cpu: string
+  node: string
+  n: number
+  mix_warm_ir: number
+  noise: number
+  recorded: string
+  commit: string
+}
 
 // CI's guard: the mix's warm instructions a request, ours, against this CPU's recorded baseline.
 export async function checkBaseline({ seed, flags }: { seed: Seed; flags: string[] }): Promise<boolean> {
@@ -300,17 +413,31 @@ export async function checkBaseline({ seed, flags }: { seed: Seed; flags: string
   const baselines: Baseline[] = existsSync(BASELINE) ? JSON.parse(readFileSync(BASELINE, 'utf8')) : []
   const cpu = cpuName()
   const baseline = baselines.find((b) => b.cpu === cpu && b.node === process.version && b.n === N)
-  const measured = (await measureTarget({ name: 'ours', script: join(ROOT, 'dist', 'app.js'), flags }, ['mix'], seed, tokens, ['warm'])).mix.warm
+  const measured = (
+    await measureTarget({ name: 'ours', script: join(ROOT, 'dist', 'app.js'), flags }, ['mix'], seed, tokens, ['warm'])
+  ).mix.warm
   console.log(`the mix, warm: ${fmt(measured)} instructions a request (n = ${fmt(N)}, ${cpu}, Node ${process.version})`)
-  const update = 'if a change means it, run `npm run bench -- --instructions --only mix --record` on such a machine and commit bench/instructions.json with the change, saying why'
+  const update =
+    'if a change means it, run `npm run bench -- --instructions --only mix --record` on such a machine and commit bench/instructions.json with the change, saying why'
   if (!baseline) {
-    console.log(`no baseline for this CPU and Node in bench/instructions.json (it has: ${baselines.map((b) => `${b.cpu}, Node ${b.node}`).join('; ') || 'none'}): not checked; to add one, ${update.slice(update.indexOf('run'))}`)
+    console.log(
+      `no baseline for this CPU and Node in bench/instructions.json (it has: ${baselines.map((b) => `${b.cpu}, Node ${b.node}`).join('; ') || 'none'}): not checked; to add one, ${update.slice(update.indexOf('run'))}`,
+    )
     return true
   }
-  const { change, threshold, call } = verdict('warm', baseline.mix_warm_ir, measured, { warm: baseline.noise, first: 0, syscalls: 0, cpu: 0, alloc: 0 })
-  console.log(`baseline ${fmt(baseline.mix_warm_ir)} (${baseline.commit}, ${baseline.recorded}): ${pct(change)}, ${call} (threshold ${pct(threshold)}: 3 x its A/A noise, at least ${pct(FLOOR.warm)})`)
+  const { change, threshold, call } = verdict('warm', baseline.mix_warm_ir, measured, {
+    warm: baseline.noise,
+    first: 0,
+    syscalls: 0,
+    cpu: 0,
+    alloc: 0,
+  })
+  console.log(
+    `baseline ${fmt(baseline.mix_warm_ir)} (${baseline.commit}, ${baseline.recorded}): ${pct(change)}, ${call} (threshold ${pct(threshold)}: 3 x its A/A noise, at least ${pct(FLOOR.warm)})`,
+  )
   // Better counts too: a baseline left behind a gain would let a later loss of as much pass unseen.
-  if (call !== 'noise') console.log(`the mix costs ${pct(change)} instructions against the baseline: find out why, or ${update}`)
+  if (call !== 'noise')
+    console.log(`the mix costs ${pct(change)} instructions against the baseline: find out why, or ${update}`)
   return call === 'noise'
 }
 
@@ -319,11 +446,21 @@ export function recordBaseline(result: Awaited<ReturnType<typeof instructionsBen
   if (!result.kinds.includes('mix')) throw new Error('--record needs the mix')
   const { a, aa } = result.passes
   const [x, y] = [a.ours.mix.warm, aa.ours.mix.warm]
-  const entry: Baseline = { cpu: result.cpu, node: process.version, n: N, mix_warm_ir: Math.round((x + y) / 2), noise: Math.abs(x - y) / ((x + y) / 2), recorded: new Date().toISOString().slice(0, 10), commit }
+  const entry: Baseline = {
+    cpu: result.cpu,
+    node: process.version,
+    n: N,
+    mix_warm_ir: Math.round((x + y) / 2),
+    noise: Math.abs(x - y) / ((x + y) / 2),
+    recorded: new Date().toISOString().slice(0, 10),
+    commit,
+  }
   const baselines: Baseline[] = existsSync(BASELINE) ? JSON.parse(readFileSync(BASELINE, 'utf8')) : []
   const kept = baselines.filter((b) => !(b.cpu === entry.cpu && b.node === entry.node && b.n === entry.n))
   writeFileSync(BASELINE, JSON.stringify([...kept, entry], null, 2) + '\n')
-  log(`bench: recorded ${fmt(entry.mix_warm_ir)} instructions a request (A/A ${pct(entry.noise)}) for ${entry.cpu} in bench/instructions.json`)
+  log(
+    `bench: recorded ${fmt(entry.mix_warm_ir)} instructions a request (A/A ${pct(entry.noise)}) for ${entry.cpu} in bench/instructions.json`,
+  )
 }
 
 export function saveResult(result: object, commit: string) {
@@ -347,15 +484,17 @@ const OPTIONS = {
 export async function main(argv: string[]) {
   const { values: args } = parseArgs({ args: argv, options: OPTIONS })
   const kinds = endpointsOf(args.only, [...KINDS]).filter((e) => e !== 'ceiling') as Kind[]
-  if (args.check && args.n) throw new Error('--check counts with the baseline\'s n; leave --n out')
-  if (args.record && args.n) throw new Error('--record writes the guard\'s baseline, counted with its n; leave --n out')
+  if (args.check && args.n) throw new Error("--check counts with the baseline's n; leave --n out")
+  if (args.record && args.n) throw new Error("--record writes the guard's baseline, counted with its n; leave --n out")
   const { seed, flags } = prepare(args.flags)
   const packages: Record<string, string> = { valgrind: 'valgrind', setarch: 'util-linux', perf: 'linux-perf' }
   // The guard counts instructions only: no perf.
   const needed = Object.keys(packages).filter((tool) => tool !== 'perf' || !args.check)
   const missing = needed.filter((tool) => spawnSync('which', [tool]).status !== 0)
   if (missing.length) {
-    throw new Error(`--instructions needs ${missing.join(', ')}: apt-get install ${missing.map((t) => packages[t]).join(' ')}`)
+    throw new Error(
+      `--instructions needs ${missing.join(', ')}: apt-get install ${missing.map((t) => packages[t]).join(' ')}`,
+    )
   }
   if (args.check) {
     process.exitCode = (await checkBaseline({ seed, flags })) ? 0 : 1

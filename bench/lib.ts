@@ -17,7 +17,8 @@ const MEMORY_LIMIT = 2 * 1024 ** 3 // the challenge box's RAM
 export const sh = (cmd: string, argv: string[], cwd = ROOT) => execFileSync(cmd, argv, { cwd, encoding: 'utf8' }).trim()
 export const log = (line: string) => console.error(line)
 // A figure as the reports print it: thousands separated, `digits` decimals.
-export const fmt = (n: number, digits = 0) => n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
+export const fmt = (n: number, digits = 0) =>
+  n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
 
 const color = (code: number) => (text: string) => (process.stdout.isTTY ? `\x1b[${code}m${text}\x1b[0m` : text)
 export const red = color(31)
@@ -77,7 +78,19 @@ export function nodeRelease(version: string): string {
   const bin = join(prefix, 'node_modules', '.bin', 'node')
   if (!existsSync(bin)) {
     log(`bench: fetching Node ${version} from the npm registry`)
-    execFileSync('npm', ['install', '--no-save', '--no-audit', '--no-fund', '--prefix', prefix, `node-${process.platform}-${process.arch}@${version}`], { stdio: 'ignore' })
+    execFileSync(
+      'npm',
+      [
+        'install',
+        '--no-save',
+        '--no-audit',
+        '--no-fund',
+        '--prefix',
+        prefix,
+        `node-${process.platform}-${process.arch}@${version}`,
+      ],
+      { stdio: 'ignore' },
+    )
   }
   return bin
 }
@@ -99,8 +112,13 @@ export function memoryCgroup(): { dir?: string; note: string } {
 // missing or cannot count here, stop() gives no count and says why, and nothing fails. Counting costs
 // each syscall a little kernel time, which the server's sys time includes.
 export function countSyscalls(pids: number[]): { stop: () => Promise<{ count?: number; note?: string }> } {
-  if (spawnSync('which', ['perf']).status !== 0) return { stop: async () => ({ note: 'perf is not installed (apt-get install linux-perf)' }) }
-  const perf = spawn('taskset', ['-c', LOAD_CORE, 'perf', 'stat', '-x,', '-e', 'raw_syscalls:sys_enter', '-p', pids.join(',')], { stdio: ['ignore', 'ignore', 'pipe'] })
+  if (spawnSync('which', ['perf']).status !== 0)
+    return { stop: async () => ({ note: 'perf is not installed (apt-get install linux-perf)' }) }
+  const perf = spawn(
+    'taskset',
+    ['-c', LOAD_CORE, 'perf', 'stat', '-x,', '-e', 'raw_syscalls:sys_enter', '-p', pids.join(',')],
+    { stdio: ['ignore', 'ignore', 'pipe'] },
+  )
   let output = ''
   perf.stderr!.on('data', (chunk) => (output += chunk))
   const exited = once(perf, 'exit').catch(() => {})
@@ -111,7 +129,11 @@ export function countSyscalls(pids: number[]): { stop: () => Promise<{ count?: n
       await exited
       clearTimeout(timer)
       const count = Number(/^(\d+),[^,]*,raw_syscalls:sys_enter/m.exec(output)?.[1])
-      return count > 0 ? { count } : { note: `perf counted nothing here: ${output.trim().split('\n')[0] || `it exited with ${perf.exitCode ?? perf.signalCode}`}` }
+      return count > 0
+        ? { count }
+        : {
+            note: `perf counted nothing here: ${output.trim().split('\n')[0] || `it exited with ${perf.exitCode ?? perf.signalCode}`}`,
+          }
     },
   }
 }
@@ -123,9 +145,14 @@ export function shippedEnv(): Record<string, string> {
   if (shippedEnvironment) return shippedEnvironment
   shippedEnvironment = {}
   if (!/^ENV LD_PRELOAD=\S*libmimalloc/m.test(readFileSync(join(ROOT, 'Dockerfile'), 'utf8'))) return shippedEnvironment
-  const lib = ['3', '2'].map((major) => `/usr/lib/${process.arch === 'arm64' ? 'aarch64' : 'x86_64'}-linux-gnu/libmimalloc.so.${major}`).find((path) => existsSync(path))
+  const lib = ['3', '2']
+    .map((major) => `/usr/lib/${process.arch === 'arm64' ? 'aarch64' : 'x86_64'}-linux-gnu/libmimalloc.so.${major}`)
+    .find((path) => existsSync(path))
   if (lib) shippedEnvironment.LD_PRELOAD = lib
-  else log("bench: the image preloads mimalloc and this machine has none (Debian's libmimalloc2.0 or libmimalloc3): the servers run on glibc's malloc")
+  else
+    log(
+      "bench: the image preloads mimalloc and this machine has none (Debian's libmimalloc2.0 or libmimalloc3): the servers run on glibc's malloc",
+    )
   return shippedEnvironment
 }
 
@@ -137,15 +164,39 @@ export const REPLICA_URL = `file://${join(WORKDIR, 'replica')}`
 // (or the given cores), on a fresh copy of the seed when given one, in the cgroup when given one, with the
 // shipped allocator and the seed's secret (which also silences the server's warning). Servers that run at
 // the same time each need a workdir of their own; stop() removes the copy, and a replica beside it.
-export async function benchServer(script: string, { node = process.execPath, flags = [], seed, cgroup, cores = SERVER_CORE, env = {}, workdir = WORKDIR, timeoutMs }: {
-  node?: string; flags?: string[]; seed?: Seed; cgroup?: string; cores?: string; env?: Record<string, string>; workdir?: string; timeoutMs?: number
-}): Promise<Server> {
+export async function benchServer(
+  script: string,
+  {
+    node = process.execPath,
+    flags = [],
+    seed,
+    cgroup,
+    cores = SERVER_CORE,
+    env = {},
+    workdir = WORKDIR,
+    timeoutMs,
+  }: {
+    node?: string
+    flags?: string[]
+    seed?: Seed
+    cgroup?: string
+    cores?: string
+    env?: Record<string, string>
+    workdir?: string
+    timeoutMs?: number
+  },
+): Promise<Server> {
   mkdirSync(workdir, { recursive: true })
   const copy = join(workdir, 'feed.db')
   // The copy, and the replica and Litestream's own files beside it when it was replicated.
   const clean = () => {
     for (const suffix of ['', '-wal', '-shm']) rmSync(copy + suffix, { force: true })
-    for (const path of [join(workdir, 'replica'), join(workdir, '.feed.db-litestream'), join(workdir, '.feed.db-litestream.yml')]) rmSync(path, { recursive: true, force: true })
+    for (const path of [
+      join(workdir, 'replica'),
+      join(workdir, '.feed.db-litestream'),
+      join(workdir, '.feed.db-litestream.yml'),
+    ])
+      rmSync(path, { recursive: true, force: true })
   }
   clean()
   if (seed) copyFileSync(seed.db, copy)
@@ -168,16 +219,50 @@ export async function benchServer(script: string, { node = process.execPath, fla
 }
 
 export type WrkResult = {
-  requests: number; duration_us: number; bad: number; bad_example: string; non2xx: number; socket_errors: number
-  p50_us: number; p90_us: number; p99_us: number; max_us: number; loadCpu: number
+  requests: number
+  duration_us: number
+  bad: number
+  bad_example: string
+  non2xx: number
+  socket_errors: number
+  p50_us: number
+  p90_us: number
+  p99_us: number
+  max_us: number
+  loadCpu: number
 }
 
 // wrk on the load core; its own CPU is sampled so a run it could not saturate is called out. A request
 // unanswered after timeoutS counts as an error.
-export async function wrk(url: string, kind: string, seconds: number, tokens: string, { connections = 64, timeoutS = 2 } = {}): Promise<WrkResult> {
-  const child = spawn('taskset', ['-c', LOAD_CORE, 'wrk', '-t1', `-c${connections}`, `--timeout`, `${timeoutS}s`, `-d${seconds}s`, '-s', join(ROOT, 'bench', 'wrk.lua'), url, '--', kind, tokens], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  })
+export async function wrk(
+  url: string,
+  kind: string,
+  seconds: number,
+  tokens: string,
+  { connections = 64, timeoutS = 2 } = {},
+): Promise<WrkResult> {
+  const child = spawn(
+    'taskset',
+    [
+      '-c',
+      LOAD_CORE,
+      'wrk',
+      '-t1',
+      `-c${connections}`,
+      `--timeout`,
+      `${timeoutS}s`,
+      `-d${seconds}s`,
+      '-s',
+      join(ROOT, 'bench', 'wrk.lua'),
+      url,
+      '--',
+      kind,
+      tokens,
+    ],
+    {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    },
+  )
   let output = ''
   child.stdout.on('data', (chunk) => (output += chunk))
   const samples: [number, number][] = []
@@ -191,17 +276,48 @@ export async function wrk(url: string, kind: string, seconds: number, tokens: st
   if (code !== 0) throw new Error(`wrk exited with ${code}: ${output}`)
   const result = JSON.parse(output.trim().split('\n').at(-1)!)
   const [first, last] = [samples[0], samples.at(-1)]
-  const loadCpu = first && last && last[0] > first[0] ? ((last[1] - first[1]) * TICK_US) / ((last[0] - first[0]) * 1000) : 0
+  const loadCpu =
+    first && last && last[0] > first[0] ? ((last[1] - first[1]) * TICK_US) / ((last[0] - first[0]) * 1000) : 0
   return { ...result, loadCpu }
 }
 
 // One users generator (bench/users.ts) on the load core, and its JSON events as they come: next('connected')
 // once every user has had its first answer, next('done') with the results (bench/users.ts says what).
-export function usersGenerator(o: { url: string; connections: number; tokens: string; latencies: string; idle: number; hold: number; ramp: number; loopOnArrival?: boolean }) {
-  const child = spawn('taskset', ['-c', LOAD_CORE, process.execPath, join(ROOT, 'bench', 'users.ts'),
-    '--url', o.url, '--connections', String(o.connections), '--idle', String(o.idle), '--hold', String(o.hold),
-    '--ramp', String(o.ramp), '--tokens', o.tokens, '--latencies', o.latencies, ...(o.loopOnArrival ? ['--loop-on-arrival'] : []),
-  ], { stdio: ['ignore', 'pipe', 'inherit'] })
+export function usersGenerator(o: {
+  url: string
+  connections: number
+  tokens: string
+  latencies: string
+  idle: number
+  hold: number
+  ramp: number
+  loopOnArrival?: boolean
+}) {
+  const child = spawn(
+    'taskset',
+    [
+      '-c',
+      LOAD_CORE,
+      process.execPath,
+      join(ROOT, 'bench', 'users.ts'),
+      '--url',
+      o.url,
+      '--connections',
+      String(o.connections),
+      '--idle',
+      String(o.idle),
+      '--hold',
+      String(o.hold),
+      '--ramp',
+      String(o.ramp),
+      '--tokens',
+      o.tokens,
+      '--latencies',
+      o.latencies,
+      ...(o.loopOnArrival ? ['--loop-on-arrival'] : []),
+    ],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
+  )
   const events: Record<string, any>[] = []
   let buffered = ''
   const waiters: (() => void)[] = []
@@ -219,7 +335,9 @@ export function usersGenerator(o: { url: string; connections: number; tokens: st
         if (found) resolve(found)
         else waiters.push(check)
       }
-      child.once('exit', (code) => (events.some((e) => e.event === name) ? check() : reject(new Error(`a users generator exited with ${code}`))))
+      child.once('exit', (code) =>
+        events.some((e) => e.event === name) ? check() : reject(new Error(`a users generator exited with ${code}`)),
+      )
       check()
     })
   return { next, pid: child.pid!, kill: () => child.kill('SIGKILL') }

@@ -22,7 +22,13 @@ import { shippedNodeFlags } from '../harness/server.ts'
 import { ROOT } from '../harness/tools.ts'
 import { benchServer, LOAD_CORE, log, memoryCgroup, WORKDIR } from './lib.ts'
 
-const { values: args } = parseArgs({ options: { connections: { type: 'string', default: '15000' }, snapshot: { type: 'boolean', default: false }, env: { type: 'string' } } })
+const { values: args } = parseArgs({
+  options: {
+    connections: { type: 'string', default: '15000' },
+    snapshot: { type: 'boolean', default: false },
+    env: { type: 'string' },
+  },
+})
 const CONNECTIONS = Number(args.connections)
 const PROBE = join(WORKDIR, 'probe.mjs')
 const PROBED = join(WORKDIR, 'probed.json')
@@ -43,7 +49,15 @@ process.on('SIGUSR2', () => {
 })
 `
 
-type Probed = { usage: NodeJS.MemoryUsage; heap: { used_heap_size: number; total_heap_size: number }; brkKb: number; anonKb: number; kmem: number; tcp: number; objects?: Map<string, { count: number; bytes: number }> }
+type Probed = {
+  usage: NodeJS.MemoryUsage
+  heap: { used_heap_size: number; total_heap_size: number }
+  brkKb: number
+  anonKb: number
+  kmem: number
+  tcp: number
+  objects?: Map<string, { count: number; bytes: number }>
+}
 
 async function measure(pid: number, cgroup: string | undefined, snapshot: boolean): Promise<Probed> {
   rmSync(PROBED, { force: true })
@@ -55,7 +69,8 @@ async function measure(pid: number, cgroup: string | undefined, snapshot: boolea
   }
   await sleep(100)
   const probed = JSON.parse(readFileSync(PROBED, 'utf8')) as Probed
-  const read = (file: string) => (cgroup && existsSync(join(cgroup, file)) ? Number(readFileSync(join(cgroup, file), 'utf8')) : NaN)
+  const read = (file: string) =>
+    cgroup && existsSync(join(cgroup, file)) ? Number(readFileSync(join(cgroup, file), 'utf8')) : NaN
   probed.kmem = read('memory.kmem.usage_in_bytes')
   probed.tcp = read('memory.kmem.tcp.usage_in_bytes')
   if (snapshot) probed.objects = countObjects(JSON.parse(readFileSync(SNAPSHOT, 'utf8')))
@@ -63,14 +78,19 @@ async function measure(pid: number, cgroup: string | undefined, snapshot: boolea
 }
 
 // A heap snapshot's objects by type and name (a constructor, or a native's name), counted and summed.
-function countObjects(snap: { snapshot: { meta: { node_fields: string[]; node_types: [string[]] } }; nodes: number[]; strings: string[] }) {
+function countObjects(snap: {
+  snapshot: { meta: { node_fields: string[]; node_types: [string[]] } }
+  nodes: number[]
+  strings: string[]
+}) {
   const fields = snap.snapshot.meta.node_fields
   const [type, name, size] = ['type', 'name', 'self_size'].map((f) => fields.indexOf(f))
   const types = snap.snapshot.meta.node_types[0]
   const objects = new Map<string, { count: number; bytes: number }>()
   for (let i = 0; i < snap.nodes.length; i += fields.length) {
     const kind = types[snap.nodes[i + type]]
-    const key = `${kind} ${kind === 'string' || kind === 'number' ? '' : snap.strings[snap.nodes[i + name]].slice(0, 40)}`.trim()
+    const key =
+      `${kind} ${kind === 'string' || kind === 'number' ? '' : snap.strings[snap.nodes[i + name]].slice(0, 40)}`.trim()
     const entry = objects.get(key) ?? { count: 0, bytes: 0 }
     entry.count++
     entry.bytes += snap.nodes[i + size]
@@ -81,9 +101,29 @@ function countObjects(snap: { snapshot: { meta: { node_fields: string[]; node_ty
 
 async function flood(url: string) {
   const { hostname, port } = new URL(url)
-  const child = spawn('taskset', ['-c', LOAD_CORE, process.execPath, join(ROOT, 'harness', 'idle-flood.ts'), '--port', port, '--host', hostname, '--connections', String(CONNECTIONS)], { stdio: ['pipe', 'pipe', 'inherit'] })
+  const child = spawn(
+    'taskset',
+    [
+      '-c',
+      LOAD_CORE,
+      process.execPath,
+      join(ROOT, 'harness', 'idle-flood.ts'),
+      '--port',
+      port,
+      '--host',
+      hostname,
+      '--connections',
+      String(CONNECTIONS),
+    ],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  )
   const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]()
-  const opened = await Promise.race([lines.next(), sleep(300_000).then(() => { throw new Error('the connections did not open within 300 s') })])
+  const opened = await Promise.race([
+    lines.next(),
+    sleep(300_000).then(() => {
+      throw new Error('the connections did not open within 300 s')
+    }),
+  ])
   const event = JSON.parse(opened.value as string) as { answered: number; wrong: number }
   return {
     open: event.answered + event.wrong,
@@ -96,7 +136,12 @@ async function flood(url: string) {
 }
 
 async function variant(name: string, script: string, seed: Seed, env: Record<string, string> = {}) {
-  const server = await benchServer(script, { flags: [...shippedNodeFlags(), '--expose-gc', `--import=${PROBE}`], seed, cgroup, env: { ...env, PROBE_SNAPSHOT: args.snapshot ? '1' : '0' } })
+  const server = await benchServer(script, {
+    flags: [...shippedNodeFlags(), '--expose-gc', `--import=${PROBE}`],
+    seed,
+    cgroup,
+    env: { ...env, PROBE_SNAPSHOT: args.snapshot ? '1' : '0' },
+  })
   try {
     await (await fetch(`${server.url}/posts/1`)).text()
     const before = await measure(server.pid, cgroup, args.snapshot)
@@ -115,7 +160,14 @@ const seed = seededDatabase()
 const cgroup = memoryCgroup().dir
 mkdirSync(WORKDIR, { recursive: true })
 writeFileSync(PROBE, probe)
-const env = args.env ? Object.fromEntries(args.env.split(' ').filter(Boolean).map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)])) : undefined
+const env = args.env
+  ? Object.fromEntries(
+      args.env
+        .split(' ')
+        .filter(Boolean)
+        .map((pair) => [pair.slice(0, pair.indexOf('=')), pair.slice(pair.indexOf('=') + 1)]),
+    )
+  : undefined
 const results = [
   await variant('ours', join(ROOT, 'dist', 'app.js'), seed),
   await variant('ours, node-server', join(ROOT, 'dist', 'app.js'), seed, { HTTP_SERVER: 'node-server' }),
@@ -127,22 +179,60 @@ const results = [
 if (cgroup) rmdirSync(cgroup)
 
 const kb = (bytes: number) => (bytes / 1024).toFixed(2)
-console.log(`\n${CONNECTIONS.toLocaleString('en-US')} idle keep-alive connections, each after one GET /posts/1; KB a connection, after two full GCs`)
-const rows = [['server', 'held', 'RSS', 'V8 used', 'V8 total', 'external', 'array buffers', 'brk heap', 'other anon', 'kernel (kmem)', 'of it TCP']]
+console.log(
+  `\n${CONNECTIONS.toLocaleString('en-US')} idle keep-alive connections, each after one GET /posts/1; KB a connection, after two full GCs`,
+)
+const rows = [
+  [
+    'server',
+    'held',
+    'RSS',
+    'V8 used',
+    'V8 total',
+    'external',
+    'array buffers',
+    'brk heap',
+    'other anon',
+    'kernel (kmem)',
+    'of it TCP',
+  ],
+]
 for (const { name, open, before: b, after: a } of results) {
   const per = (x: number, y: number) => kb((y - x) / Math.max(1, open))
-  rows.push([name, String(open), per(b.usage.rss, a.usage.rss), per(b.heap.used_heap_size, a.heap.used_heap_size), per(b.heap.total_heap_size, a.heap.total_heap_size),
-    per(b.usage.external, a.usage.external), per(b.usage.arrayBuffers, a.usage.arrayBuffers), per(b.brkKb * 1024, a.brkKb * 1024), per(b.anonKb * 1024, a.anonKb * 1024), per(b.kmem, a.kmem), per(b.tcp, a.tcp)])
+  rows.push([
+    name,
+    String(open),
+    per(b.usage.rss, a.usage.rss),
+    per(b.heap.used_heap_size, a.heap.used_heap_size),
+    per(b.heap.total_heap_size, a.heap.total_heap_size),
+    per(b.usage.external, a.usage.external),
+    per(b.usage.arrayBuffers, a.usage.arrayBuffers),
+    per(b.brkKb * 1024, a.brkKb * 1024),
+    per(b.anonKb * 1024, a.anonKb * 1024),
+    per(b.kmem, a.kmem),
+    per(b.tcp, a.tcp),
+  ])
 }
-if (args.snapshot) console.log('with --snapshot, RSS and the C heap keep what writing the first snapshot took: read them from a run without it')
+if (args.snapshot)
+  console.log(
+    'with --snapshot, RSS and the C heap keep what writing the first snapshot took: read them from a run without it',
+  )
 const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)))
-for (const row of rows) console.log(row.map((cell, i) => (i ? cell.padStart(widths[i]) : cell.padEnd(widths[i]))).join('  '))
+for (const row of rows)
+  console.log(row.map((cell, i) => (i ? cell.padStart(widths[i]) : cell.padEnd(widths[i]))).join('  '))
 
 if (args.snapshot) {
   for (const { name, open, before, after } of results) {
-    const grown = [...after.objects!].map(([key, { count, bytes }]) => ({ key, count: count - (before.objects!.get(key)?.count ?? 0), bytes: bytes - (before.objects!.get(key)?.bytes ?? 0) }))
+    const grown = [...after.objects!].map(([key, { count, bytes }]) => ({
+      key,
+      count: count - (before.objects!.get(key)?.count ?? 0),
+      bytes: bytes - (before.objects!.get(key)?.bytes ?? 0),
+    }))
     grown.sort((x, y) => y.bytes - x.bytes)
     console.log(`\n${name}: the V8 heap's growth by object, a connection (heap snapshots, self sizes)`)
-    for (const g of grown.slice(0, 14)) console.log(`  ${(g.bytes / open).toFixed(0).padStart(6)} B  ${(g.count / open).toFixed(2).padStart(5)} x  ${g.key}`)
+    for (const g of grown.slice(0, 14))
+      console.log(
+        `  ${(g.bytes / open).toFixed(0).padStart(6)} B  ${(g.count / open).toFixed(2).padStart(5)} x  ${g.key}`,
+      )
   }
 }

@@ -26,8 +26,11 @@ import { benchServer, ensureTools, log, RESULTS, wrk } from './lib.ts'
 const { values: args, positionals } = parseArgs({
   allowPositionals: true,
   options: {
-    seconds: { type: 'string', default: '10' }, flags: { type: 'string', default: '' }, top: { type: 'string', default: '6' },
-    alloc: { type: 'boolean', default: false }, floor: { type: 'boolean', default: false },
+    seconds: { type: 'string', default: '10' },
+    flags: { type: 'string', default: '' },
+    top: { type: 'string', default: '6' },
+    alloc: { type: 'boolean', default: false },
+    floor: { type: 'boolean', default: false },
   },
 })
 const endpoint = positionals[0] ?? 'mix'
@@ -53,7 +56,8 @@ function categorize(frame: CallFrame, parent: string, map: SourceMap, bundle: st
     return parent === 'root' ? 'native, not attributed' : parent
   }
   if (url.endsWith(bundle)) {
-    const source = (map.findEntry(frame.lineNumber, frame.columnNumber) as { originalSource?: string }).originalSource ?? ''
+    const source =
+      (map.findEntry(frame.lineNumber, frame.columnNumber) as { originalSource?: string }).originalSource ?? ''
     if (source.includes('/hono/dist/utils/jwt/')) return 'hono/jwt'
     if (source.includes('/@hono/node-server/')) return '@hono/node-server'
     if (source.includes('/hono/')) return 'hono'
@@ -62,11 +66,17 @@ function categorize(frame: CallFrame, parent: string, map: SourceMap, bundle: st
     return source ? `bundle: ${source}` : bundle // a file without a source map: the ceiling, the floor
   }
   if (/node:_http_|node:internal\/http/.test(url)) return 'node:http'
-  if (/node:net|node:internal\/stream_base|node:internal\/streams|node:stream|node:internal\/net/.test(url)) return 'sockets and streams'
+  if (/node:net|node:internal\/stream_base|node:internal\/streams|node:stream|node:internal\/net/.test(url))
+    return 'sockets and streams'
   if (/node:internal\/crypto/.test(url)) return 'WebCrypto (node:crypto)'
   if (/node:internal\/timers|node:timers/.test(url)) return 'timers'
   if (/node:internal\/process\/task_queues/.test(url)) return 'microtasks'
-  if (/node:internal\/webstreams|node:internal\/deps\/undici|node:internal\/abort_controller|node:internal\/event_target/.test(url)) return 'web streams, Request, AbortController'
+  if (
+    /node:internal\/webstreams|node:internal\/deps\/undici|node:internal\/abort_controller|node:internal\/event_target/.test(
+      url,
+    )
+  )
+    return 'web streams, Request, AbortController'
   return url.startsWith('node:') ? `node: ${url.replace(/^node:(internal\/)?/, '')}` : url
 }
 
@@ -89,7 +99,9 @@ function summarize(nodes: ProfileNode[], self: Map<number, number>, map: SourceM
     if (name === 'idle') continue
     const entry = categories.get(name) ?? { amount: 0, functions: new Map() }
     const frame = byId.get(id)!.callFrame
-    const mapped = frame.url.endsWith(bundle) ? (map.findEntry(frame.lineNumber, frame.columnNumber) as { originalSource?: string; originalLine?: number }) : {}
+    const mapped = frame.url.endsWith(bundle)
+      ? (map.findEntry(frame.lineNumber, frame.columnNumber) as { originalSource?: string; originalLine?: number })
+      : {}
     const where = mapped.originalSource
       ? `${mapped.originalSource.replace(/.*node_modules\//, '')}:${(mapped.originalLine ?? 0) + 1}`
       : frame.url && `${frame.url.replace(/^node:/, '').replace(/^file:.*\//, '')}:${frame.lineNumber + 1}`
@@ -103,7 +115,10 @@ function summarize(nodes: ProfileNode[], self: Map<number, number>, map: SourceM
     .map(([name, { amount, functions }]) => ({
       category: name,
       share: amount / total,
-      functions: [...functions].sort((a, b) => b[1] - a[1]).slice(0, top).map(([fn, own]) => ({ fn, share: own / total })),
+      functions: [...functions]
+        .sort((a, b) => b[1] - a[1])
+        .slice(0, top)
+        .map(([fn, own]) => ({ fn, share: own / total })),
     }))
 }
 
@@ -131,7 +146,11 @@ type Cost = { requests: number; userUs: number; systemUs: number; allocated?: Ma
 
 // The profile's shares by where the code came from, each with its cost a request: CPU time, or with
 // --alloc the bytes allocated (sampled).
-function printShares(what: string, tree: ReturnType<typeof summarize>, { requests, userUs, systemUs, allocated }: Cost) {
+function printShares(
+  what: string,
+  tree: ReturnType<typeof summarize>,
+  { requests, userUs, systemUs, allocated }: Cost,
+) {
   const perRequest = (userUs + systemUs) / requests
   let unit = 'us'
   let each = perRequest
@@ -142,13 +161,18 @@ function printShares(what: string, tree: ReturnType<typeof summarize>, { request
     console.log('share of the bytes, by where the allocating code came from:')
   } else {
     const share = (us: number) => ((100 * us) / (userUs + systemUs)).toFixed(0)
-    console.log(`${what}, ${perRequest.toFixed(1)} us CPU each ` +
-      `(user ${share(userUs)}%, kernel ${share(systemUs)}% of the process's CPU)`)
-    console.log('share of the JS thread\'s samples (not idle), by where the code came from:')
+    console.log(
+      `${what}, ${perRequest.toFixed(1)} us CPU each ` +
+        `(user ${share(userUs)}%, kernel ${share(systemUs)}% of the process's CPU)`,
+    )
+    console.log("share of the JS thread's samples (not idle), by where the code came from:")
   }
   for (const c of tree) {
-    console.log(`  ${(100 * c.share).toFixed(1).padStart(5)}%  ${c.category}   ~${(c.share * each).toFixed(allocated ? 0 : 1)} ${unit}/req`)
-    for (const f of c.functions) if (f.share >= 0.003) console.log(`           ${(100 * f.share).toFixed(1).padStart(5)}%  ${f.fn}`)
+    console.log(
+      `  ${(100 * c.share).toFixed(1).padStart(5)}%  ${c.category}   ~${(c.share * each).toFixed(allocated ? 0 : 1)} ${unit}/req`,
+    )
+    for (const f of c.functions)
+      if (f.share >= 0.003) console.log(`           ${(100 * f.share).toFixed(1).padStart(5)}%  ${f.fn}`)
   }
 }
 
@@ -161,7 +185,9 @@ async function main() {
   // The ceiling and the floor are profiled the same way, for comparison; they have no source map to read.
   const plain = endpoint === 'ceiling' ? 'ceiling.ts' : args.floor ? 'floor.ts' : undefined
   const bundle = plain ? join(ROOT, 'bench', plain) : join(outdir, 'app.js')
-  const map = new SourceMap(plain ? { version: 3, sources: [], names: [], mappings: '' } : JSON.parse(readFileSync(`${bundle}.map`, 'utf8')))
+  const map = new SourceMap(
+    plain ? { version: 3, sources: [], names: [], mappings: '' } : JSON.parse(readFileSync(`${bundle}.map`, 'utf8')),
+  )
   const flags = ['--inspect=127.0.0.1:0', ...args.flags.split(' ').filter(Boolean)]
   const server = await benchServer(bundle, { flags, seed: endpoint === 'ceiling' ? undefined : seed })
   const name = `${args.alloc ? 'alloc' : 'profile'}-${endpoint}${args.floor ? '-floor' : ''}`
@@ -173,14 +199,20 @@ async function main() {
     await wrk(server.url, endpoint, 2, seed.tokens)
     const before = cpuTicks(server.pid)
     // A sample every 1 KB allocated on average, and kept though the object is garbage by the end.
-    if (args.alloc) await session.send('HeapProfiler.startSampling', { samplingInterval: 1024, includeObjectsCollectedByMajorGC: true, includeObjectsCollectedByMinorGC: true })
+    if (args.alloc)
+      await session.send('HeapProfiler.startSampling', {
+        samplingInterval: 1024,
+        includeObjectsCollectedByMajorGC: true,
+        includeObjectsCollectedByMinorGC: true,
+      })
     else await session.send('Profiler.start')
     log(`profile: ${SECONDS} s of ${endpoint} under wrk`)
     const result = await wrk(server.url, endpoint, SECONDS, seed.tokens)
     const { profile } = await session.send(args.alloc ? 'HeapProfiler.stopSampling' : 'Profiler.stop')
     const after = cpuTicks(server.pid)
     session.close()
-    if (result.bad + result.socket_errors > 0) throw new Error(`${result.bad} bad responses, e.g. ${result.bad_example}`)
+    if (result.bad + result.socket_errors > 0)
+      throw new Error(`${result.bad} bad responses, e.g. ${result.bad_example}`)
 
     const userUs = (after.user - before.user) * TICK_US
     const systemUs = (after.system - before.system) * TICK_US
@@ -193,7 +225,23 @@ async function main() {
     const stamp = new Date().toISOString().replace(/[:.]/g, '-')
     const file = `${name}-${stamp}.${args.alloc ? 'heapprofile' : 'cpuprofile'}`
     writeFileSync(join(RESULTS, file), JSON.stringify(profile))
-    writeFileSync(join(RESULTS, `${name}-${stamp}.json`), JSON.stringify({ endpoint, floor: args.floor, alloc: args.alloc, requests: result.requests, perRequest, userUs, systemUs, tree }, null, 2))
+    writeFileSync(
+      join(RESULTS, `${name}-${stamp}.json`),
+      JSON.stringify(
+        {
+          endpoint,
+          floor: args.floor,
+          alloc: args.alloc,
+          requests: result.requests,
+          perRequest,
+          userUs,
+          systemUs,
+          tree,
+        },
+        null,
+        2,
+      ),
+    )
     console.log(`\nprofile: bench/results/${file}`)
   } finally {
     await server.stop()

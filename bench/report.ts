@@ -19,10 +19,18 @@ export function summarize(runs: Saturation[], endpoint: Endpoint, variant: strin
   if (mine.length === 0) return undefined
   const pick = (key: keyof Saturation) => median(mine.map((r) => r[key] as number))
   return {
-    endpoint, variant, rounds: mine.length,
-    rps: pick('rps'), p50_ms: pick('p50_ms'), p99_ms: pick('p99_ms'), cpu_us: pick('cpu_us'),
-    litestream_cpu_us: pick('litestream_cpu_us'), replica_behind_ms: Math.max(...mine.map((r) => r.replica_behind_ms)),
-    server_cpu: pick('server_cpu'), load_cpu: Math.max(...mine.map((r) => r.load_cpu)), peak_rss_mb: pick('peak_rss_mb'),
+    endpoint,
+    variant,
+    rounds: mine.length,
+    rps: pick('rps'),
+    p50_ms: pick('p50_ms'),
+    p99_ms: pick('p99_ms'),
+    cpu_us: pick('cpu_us'),
+    litestream_cpu_us: pick('litestream_cpu_us'),
+    replica_behind_ms: Math.max(...mine.map((r) => r.replica_behind_ms)),
+    server_cpu: pick('server_cpu'),
+    load_cpu: Math.max(...mine.map((r) => r.load_cpu)),
+    peak_rss_mb: pick('peak_rss_mb'),
     errors: mine.reduce((sum, r) => sum + r.errors, 0),
     error_example: mine.find((r) => r.errors)?.error_example ?? '',
   }
@@ -34,18 +42,41 @@ export type Summary = NonNullable<ReturnType<typeof summarize>>
 export function roundByRound(runs: Saturation[], endpoint: Endpoint, variant: string): string {
   const cpu = (name: string) => runs.filter((r) => r.endpoint === endpoint && r.variant === name).map((r) => r.cpu_us)
   const ours = cpu('ours')
-  const ratios = cpu(variant).map((us, i) => us / ours[i]).sort((x, y) => x - y)
+  const ratios = cpu(variant)
+    .map((us, i) => us / ours[i])
+    .sort((x, y) => x - y)
   if (ratios.length < 2) return ''
   return `   round by round ${fmt(ratios[0], 3)} to ${fmt(ratios.at(-1)!, 3)}, median ${fmt(median(ratios), 3)}`
 }
 
 export function printTable(rows: Summary[], c0: number) {
-  const header = ['endpoint', 'variant', 'req/s', 'p50 ms', 'p99 ms', 'errors', 'CPU us/req', 'x c0', 'server CPU', 'load CPU', 'peak RSS MB']
+  const header = [
+    'endpoint',
+    'variant',
+    'req/s',
+    'p50 ms',
+    'p99 ms',
+    'errors',
+    'CPU us/req',
+    'x c0',
+    'server CPU',
+    'load CPU',
+    'peak RSS MB',
+  ]
   const lines = rows.map((r) => {
     const load = `${fmt(r.load_cpu * 100)}%`
     return [
-      LABEL[r.endpoint], r.variant, fmt(r.rps), fmt(r.p50_ms, 2), fmt(r.p99_ms, 2), r.errors ? red(String(r.errors)) : '0',
-      fmt(r.cpu_us, 1), fmt(r.cpu_us / c0, 2), `${fmt(r.server_cpu * 100)}%`, r.load_cpu > 0.95 ? yellow(load) : load, fmt(r.peak_rss_mb),
+      LABEL[r.endpoint],
+      r.variant,
+      fmt(r.rps),
+      fmt(r.p50_ms, 2),
+      fmt(r.p99_ms, 2),
+      r.errors ? red(String(r.errors)) : '0',
+      fmt(r.cpu_us, 1),
+      fmt(r.cpu_us / c0, 2),
+      `${fmt(r.server_cpu * 100)}%`,
+      r.load_cpu > 0.95 ? yellow(load) : load,
+      fmt(r.peak_rss_mb),
     ]
   })
   printColumns(header, lines, 2)
@@ -56,7 +87,11 @@ export function printColumns(header: string[], lines: string[][], left = 1) {
   const visible = (s: string) => s.replace(/\x1b\[\d+m/g, '').length
   const widths = header.map((h, i) => Math.max(visible(h), ...lines.map((l) => visible(l[i]))))
   const pad = (c: string, i: number) => ' '.repeat(widths[i] - visible(c))
-  const row = (cells: string[]) => cells.map((c, i) => (i < left ? c + pad(c, i) : pad(c, i) + c)).join('  ').trimEnd()
+  const row = (cells: string[]) =>
+    cells
+      .map((c, i) => (i < left ? c + pad(c, i) : pad(c, i) + c))
+      .join('  ')
+      .trimEnd()
   console.log(row(header))
   for (const l of lines) console.log(row(l))
 }
@@ -82,9 +117,17 @@ export function recordInBenchmarks(result: Record<string, any>, rows: Summary[],
       (hold.passed === hold.rounds ? 'PASS' : 'FAIL')
     : '-'
   const cells = [
-    result.date.slice(0, 10), `\`${result.commit}\``, fmt(c0, 1),
-    ratio('feed'), ratio('post'), ratio('like'), ratio('create'), ratio('mix'),
-    mix ? fmt(mix.rps) : '-', holdCell, result.users_estimate ? fmt(result.users_estimate) : '-',
+    result.date.slice(0, 10),
+    `\`${result.commit}\``,
+    fmt(c0, 1),
+    ratio('feed'),
+    ratio('post'),
+    ratio('like'),
+    ratio('create'),
+    ratio('mix'),
+    mix ? fmt(mix.rps) : '-',
+    holdCell,
+    result.users_estimate ? fmt(result.users_estimate) : '-',
   ]
   writeFileSync(file, text.replace(marker, `| ${cells.join(' | ')} |\n${marker}`))
   const caption = `${scoreLine()}${result.date.slice(0, 10)}, ${result.commit}`
@@ -99,6 +142,8 @@ export const SCORE_FILE = join(ROOT, 'bench', 'score.json')
 export function scoreLine() {
   if (!existsSync(SCORE_FILE)) return ''
   const s = JSON.parse(readFileSync(SCORE_FILE, 'utf8'))
-  return `score ${fmt(s.score)} users measured in the box's limits (${s.date.slice(0, 10)}, ${s.commit}${s.full ? ', --full' : ''}); ` +
+  return (
+    `score ${fmt(s.score)} users measured in the box's limits (${s.date.slice(0, 10)}, ${s.commit}${s.full ? ', --full' : ''}); ` +
     `estimate from CPU ${fmt(s.estimate)}. Chart: `
+  )
 }

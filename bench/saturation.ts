@@ -32,19 +32,40 @@ export function endpointsOf(only: string | undefined, otherwise: Endpoint[]): En
 
 // workers, cores and env, when given, override --workers, the server core and the server's environment.
 export type Variant = {
-  name: string; app: string; flags: string[]; commit: string; node: string
-  workers?: string; cores?: string; env?: Record<string, string>
+  name: string
+  app: string
+  flags: string[]
+  commit: string
+  node: string
+  workers?: string
+  cores?: string
+  env?: Record<string, string>
 }
 
 // How a run measures: --quick's shorter lengths, --workers, and --s3 for the replicated variants.
 export type Settings = { quick: boolean; warmupS: number; measureS: number; workers: string; s3: boolean }
-export const settingsOf = ({ quick = false, workers = '0', s3 = false } = {}): Settings =>
-  ({ quick, warmupS: quick ? 1 : 2, measureS: quick ? 3 : 10, workers, s3 })
+export const settingsOf = ({ quick = false, workers = '0', s3 = false } = {}): Settings => ({
+  quick,
+  warmupS: quick ? 1 : 2,
+  measureS: quick ? 3 : 10,
+  workers,
+  s3,
+})
 
 export type Saturation = {
-  endpoint: Endpoint; variant: string; rps: number; p50_ms: number; p99_ms: number; errors: number
-  error_example: string; cpu_us: number; litestream_cpu_us: number; replica_behind_ms: number; server_cpu: number
-  load_cpu: number; peak_rss_mb: number
+  endpoint: Endpoint
+  variant: string
+  rps: number
+  p50_ms: number
+  p99_ms: number
+  errors: number
+  error_example: string
+  cpu_us: number
+  litestream_cpu_us: number
+  replica_behind_ms: number
+  server_cpu: number
+  load_cpu: number
+  peak_rss_mb: number
 }
 
 // With --s3, the replicas are in s3rver, on the load core; started once, on the first replicated start,
@@ -69,7 +90,12 @@ export async function serve(variant: Variant | 'ceiling', serving: Serving) {
   if (variant === 'ceiling') return benchServer(join(ROOT, 'bench', 'ceiling.ts'), { cgroup })
   const replica = isReplicated(variant) && (await replicaFor(workdir, settings))
   return benchServer(variant.app, {
-    node: variant.node, flags: variant.flags, seed, cgroup, cores: variant.cores, workdir,
+    node: variant.node,
+    flags: variant.flags,
+    seed,
+    cgroup,
+    cores: variant.cores,
+    workdir,
     env: { WORKERS: variant.workers ?? settings.workers, HOST: host, ...variant.env, ...replica },
   })
 }
@@ -84,7 +110,7 @@ export const isReplicated = (variant: Variant | 'ceiling') =>
 // --quick, a smoke test, waits for the snapshot only.
 export async function firstSnapshot(server: Server, quick: boolean) {
   const ready = quick ? /snapshot complete/ : /snapshot complete[^]*compaction complete.*level=1/
-  for (const deadline = performance.now() + 60_000; !ready.test(server.stdout()); ) {
+  for (const deadline = performance.now() + 60_000; !ready.test(server.stdout());) {
     if (performance.now() > deadline) {
       throw new Error(`no first snapshot and compaction from Litestream within 60 s:\n${server.stdout().slice(-2000)}`)
     }
@@ -116,13 +142,15 @@ export async function saturateTogether(variants: Variants, endpoint: Endpoint, r
     const measuring = servers.map((server) => wrk(server.url, endpoint, settings.measureS, seed.tokens))
     const results = await Promise.all(measuring)
     const wall = performance.now() - started
-    return await Promise.all(results.map(async (result, i) => {
-      const server = servers[i]
-      const litestreamUs = replicated(i) ? (cpuTicks(server.pid).total - litestreamTicks[i]) * TICK_US : 0
-      const cpuUs = (treeCpuTicks(server.pid) - ticks[i]) * TICK_US
-      const sample = saturation(variants[i], endpoint, result, { cpuUs, wall, litestreamUs, pid: server.pid })
-      return { ...sample, replica_behind_ms: (await lags[i]?.stop()) ?? 0 }
-    }))
+    return await Promise.all(
+      results.map(async (result, i) => {
+        const server = servers[i]
+        const litestreamUs = replicated(i) ? (cpuTicks(server.pid).total - litestreamTicks[i]) * TICK_US : 0
+        const cpuUs = (treeCpuTicks(server.pid) - ticks[i]) * TICK_US
+        const sample = saturation(variants[i], endpoint, result, { cpuUs, wall, litestreamUs, pid: server.pid })
+        return { ...sample, replica_behind_ms: (await lags[i]?.stop()) ?? 0 }
+      }),
+    )
   } finally {
     await Promise.all(servers.map((server) => server.stop()))
   }
@@ -134,8 +162,10 @@ function followLag(url: string) {
   let running = true
   const following = (async () => {
     while (running) {
-      const health = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5_000) })
-        .then((res) => res.json(), () => undefined)
+      const health = await fetch(`${url}/health`, { signal: AbortSignal.timeout(5_000) }).then(
+        (res) => res.json(),
+        () => undefined,
+      )
       worst = Math.max(worst, health?.replica?.behind_ms ?? 0)
       await new Promise((resolve) => setTimeout(resolve, 1_000))
     }

@@ -33,15 +33,29 @@ const STEP = 250
 
 type Limit = 'cpu' | 'memory' | 'files' | 'latency' | 'errors'
 type Level = {
-  users: number; phase: string; ramp_s: number; hold_s: number; requests: number; rate: number
-  p95_ms: number; p99_ms: number; failed: number; errors: number; error_example: string
-  server_cpu: number; cpu_us: number; generator_cpu: number; memory_peak_mb: number; processes: number
+  users: number
+  phase: string
+  ramp_s: number
+  hold_s: number
+  requests: number
+  rate: number
+  p95_ms: number
+  p99_ms: number
+  failed: number
+  errors: number
+  error_example: string
+  server_cpu: number
+  cpu_us: number
+  generator_cpu: number
+  memory_peak_mb: number
+  processes: number
   // The peak of what the kernel cannot reclaim: all of it but the page cache (MiB). Over the box's memory
   // the level fails, as an OOM kill fails it on the box, where the page cache is reclaimed first too.
   memory_held_mb: number
   // At the peak: the processes' anonymous memory, the page cache and the socket buffers charged (MiB).
   memory_at_peak: { rss_mb: number; cache_mb: number; sockets_mb: number; kernel_mb: number }
-  pass: boolean; limit?: Limit
+  pass: boolean
+  limit?: Limit
 }
 
 const round = (n: number) => Math.max(STEP, Math.round(n / STEP) * STEP)
@@ -65,7 +79,13 @@ function boxCgroup(name: string) {
     writeFileSync(join(dir, 'memory.limit_in_bytes'), limit)
     writeFileSync(join(dir, 'memory.kmem.tcp.limit_in_bytes'), limit)
   } catch (error) {
-    return { note: `no memory cgroup (${(error as Error).message.split(':')[0]}): memory not limited`, charged: () => 0, parts: () => undefined, oomKills: () => 0, remove: () => {} }
+    return {
+      note: `no memory cgroup (${(error as Error).message.split(':')[0]}): memory not limited`,
+      charged: () => 0,
+      parts: () => undefined,
+      oomKills: () => 0,
+      remove: () => {},
+    }
   }
   const read = (file: string) => Number(readFileSync(join(dir, file), 'utf8'))
   return {
@@ -77,7 +97,9 @@ function boxCgroup(name: string) {
       const field = (name: string) => Number(new RegExp(`^total_${name} (\\d+)`, 'm').exec(stat)?.[1] ?? 0) / 2 ** 20
       const usage = read('memory.usage_in_bytes') / 2 ** 20
       return {
-        rss_mb: field('rss'), cache_mb: field('cache'), sockets_mb: read('memory.kmem.tcp.usage_in_bytes') / 2 ** 20,
+        rss_mb: field('rss'),
+        cache_mb: field('cache'),
+        sockets_mb: read('memory.kmem.tcp.usage_in_bytes') / 2 ** 20,
         kernel_mb: usage - field('rss') - field('cache'), // the rest of what is charged: the kernel's own objects
       }
     },
@@ -117,7 +139,13 @@ const clock = (s: number) => `${Math.floor(s / 60)}m${String(Math.round(s % 60))
 // What failed first in a level that failed: memory (the cgroup killed, or would have), files, the core
 // (over 90% busy), failed requests (or a generator or the server died); else latency: p95 or p99 over
 // the line with every request answered and the core under 90% on average.
-export function limitOf(level: { outOfMemory: boolean; said: string; server_cpu: number; failed: number; complete: boolean }): Limit {
+export function limitOf(level: {
+  outOfMemory: boolean
+  said: string
+  server_cpu: number
+  failed: number
+  complete: boolean
+}): Limit {
   if (level.outOfMemory) return 'memory'
   if (/EMFILE|too many open files/i.test(level.said)) return 'files'
   if (level.server_cpu > 0.9) return 'cpu'
@@ -142,8 +170,18 @@ const levelSeconds = (l: Lengths) => l.ramp + l.hold + 15
 // The search's levels from 2,500 to the expected score, doubling.
 const doublingsTo = (expected: number) => Math.max(1, Math.ceil(Math.log2(expected / 2500)) + 1)
 
-export async function scoreBench({ seed, flags, full, estimate, commit, confirmFrom }: {
-  seed: Seed; flags: string[]; full: boolean; commit: string
+export async function scoreBench({
+  seed,
+  flags,
+  full,
+  estimate,
+  commit,
+  confirmFrom,
+}: {
+  seed: Seed
+  flags: string[]
+  full: boolean
+  commit: string
   // Skip the search and the narrowing: the confirmation starts here (a level an earlier run found).
   confirmFrom?: number
   estimate: { users: number; mix_rps: number; mix_cpu_us: number; c0_us: number }
@@ -154,8 +192,10 @@ export async function scoreBench({ seed, flags, full, estimate, commit, confirmF
   const lengths = lengthsOf(full)
   const probe = boxCgroup('probe')
   probe.remove()
-  log(`score: the server on one core (taskset), ${probe.note}; users on the other core; ` +
-    `${full ? 'the challenge\'s lengths (--full)' : 'shorter lengths than the challenge\'s (--full for those)'}`)
+  log(
+    `score: the server on one core (taskset), ${probe.note}; users on the other core; ` +
+      `${full ? "the challenge's lengths (--full)" : "shorter lengths than the challenge's (--full for those)"}`,
+  )
   const expected = Math.max(2500, estimate.users)
   s.remaining = () => levelSeconds(lengths.search) * (doublingsTo(expected) + 4) + levelSeconds(lengths.confirm)
   await level(s, 1000, 'warm-up', lengths.warmup)
@@ -179,13 +219,24 @@ export async function scoreBench({ seed, flags, full, estimate, commit, confirmF
   console.log(`measured in ${clock(s.p.elapsed())}: log ${logFile}`)
   if (cost) console.log(cost.line)
   const binds = printMemory(s.levels, score, confirmed)
-  console.log(`estimate from CPU alone, beside it: 0.8 x ${fmt(estimate.mix_rps)} mix req/s / ${USER_RATE} = ` +
-    `${fmt(estimate.users)} users on one core of this machine`)
+  console.log(
+    `estimate from CPU alone, beside it: 0.8 x ${fmt(estimate.mix_rps)} mix req/s / ${USER_RATE} = ` +
+      `${fmt(estimate.users)} users on one core of this machine`,
+  )
   const line = scoreText(s.levels, score, confirmed)
   console.log(line)
   const box = { memory_mb: BOX_MEMORY_MB, files: BOX_FILES }
   const scored = confirmed?.pass ? score : 0
-  return { box, full, levels: s.levels, score: scored, confirmed, processes_cost: cost, memory_binds_users: binds, line }
+  return {
+    box,
+    full,
+    levels: s.levels,
+    score: scored,
+    confirmed,
+    processes_cost: cost,
+    memory_binds_users: binds,
+    line,
+  }
 }
 
 type Search = { full: boolean; lengths: ReturnType<typeof lengthsOf>; confirmFrom?: number; expected: number }
@@ -198,7 +249,8 @@ async function search(s: Scoring, { full, lengths, confirmFrom, expected }: Sear
   const doublings = () => doublingsTo(expected)
   let passed = confirmFrom ?? 0
   let failedAt = confirmFrom ?? 0
-  if (confirmFrom) log(`score: no search and no narrowing (--confirm-from): the confirmation starts at ${fmt(confirmFrom)} users`)
+  if (confirmFrom)
+    log(`score: no search and no narrowing (--confirm-from): the confirmation starts at ${fmt(confirmFrom)} users`)
   for (let users = 2500, n = 0; !confirmFrom; users *= 2, n++) {
     s.remaining = () => levelSeconds(searching) * (Math.max(0, doublings() - n - 1) + 4) + levelSeconds(confirm)
     const result = await level(s, users, 'search', searching)
@@ -243,9 +295,12 @@ async function level(s: Scoring, users: number, phase: string, lengths: Lengths,
     const length = phaseOf.name === 'ramp' ? ramp : hold
     const processes = memory.processes
     const left = s.remaining() + Math.max(0, ramp + hold - (performance.now() - levelStarted) / 1000)
-    s.p.say(`${phase}: ${fmt(users)} users, ${phaseOf.name} ${fmt(Math.min(inPhase, length))}/${length} s, ` +
-      `${processes} process${processes > 1 ? 'es' : ''}, ${fmt(memory.peak / 2 ** 20)} MiB; ` +
-      `${clock(s.p.elapsed())} elapsed, about ${clock(left)} left`, `${phase} ${users} ${phaseOf.name}`)
+    s.p.say(
+      `${phase}: ${fmt(users)} users, ${phaseOf.name} ${fmt(Math.min(inPhase, length))}/${length} s, ` +
+        `${processes} process${processes > 1 ? 'es' : ''}, ${fmt(memory.peak / 2 ** 20)} MiB; ` +
+        `${clock(s.p.elapsed())} elapsed, about ${clock(left)} left`,
+      `${phase} ${users} ${phaseOf.name}`,
+    )
   }
   const sampler = setInterval(sample, 1000)
   try {
@@ -281,7 +336,7 @@ function memoryWatch(cgroup: ReturnType<typeof boxCgroup>, pid: number) {
       try {
         const charged = cgroup.charged()
         const parts = cgroup.parts()
-        if (charged > watch.peak) (watch.peak = charged), (watch.atPeak = parts ?? watch.atPeak)
+        if (charged > watch.peak) ((watch.peak = charged), (watch.atPeak = parts ?? watch.atPeak))
         if (parts) watch.held = Math.max(watch.held, parts.rss_mb + parts.kernel_mb + parts.sockets_mb)
         watch.processes = Math.max(watch.processes, processTree(pid).length)
       } catch {} // the server gone: said by the level
@@ -291,8 +346,13 @@ function memoryWatch(cgroup: ReturnType<typeof boxCgroup>, pid: number) {
 }
 
 type Held = {
-  arrival: Arrival; tally: Tally; wall: number; cpuUs: number; memory: ReturnType<typeof memoryWatch>
-  server: Server; cgroup: ReturnType<typeof boxCgroup>
+  arrival: Arrival
+  tally: Tally
+  wall: number
+  cpuUs: number
+  memory: ReturnType<typeof memoryWatch>
+  server: Server
+  cgroup: ReturnType<typeof boxCgroup>
 }
 
 // A level's figures, and whether it passed: p95 < 500 ms, p99 < 1 s, under 1% failed, every generator
@@ -304,12 +364,25 @@ function levelOf(at: At, { arrival, tally, wall, cpuUs, memory, server, cgroup }
   const serverDied = server.child.exitCode !== null || server.child.signalCode !== null
   const output = server.stdout() + server.stderr()
   const result: Level = {
-    users: at.users, phase: at.phase, ramp_s: at.ramp, hold_s: at.hold, requests: tally.sent, rate: tally.sent / wall,
-    p95_ms: k6Percentile(tally.latencies, 95), p99_ms: k6Percentile(tally.latencies, 99), failed, errors: tally.errors,
+    users: at.users,
+    phase: at.phase,
+    ramp_s: at.ramp,
+    hold_s: at.hold,
+    requests: tally.sent,
+    rate: tally.sent / wall,
+    p95_ms: k6Percentile(tally.latencies, 95),
+    p99_ms: k6Percentile(tally.latencies, 99),
+    failed,
+    errors: tally.errors,
     error_example: tally.example ?? tally.failure?.message ?? '',
-    server_cpu: cpuUs / (wall * 1e6), cpu_us: cpuUs / Math.max(1, tally.answered),
-    generator_cpu: tally.generatorCpu.reduce((total, cpu) => total + cpu, 0), memory_peak_mb: memory.peak / 2 ** 20,
-    processes: memory.processes, memory_at_peak: memory.atPeak, memory_held_mb: memory.held, pass: false,
+    server_cpu: cpuUs / (wall * 1e6),
+    cpu_us: cpuUs / Math.max(1, tally.answered),
+    generator_cpu: tally.generatorCpu.reduce((total, cpu) => total + cpu, 0),
+    memory_peak_mb: memory.peak / 2 ** 20,
+    processes: memory.processes,
+    memory_at_peak: memory.atPeak,
+    memory_held_mb: memory.held,
+    pass: false,
   }
   // Killed, or over the box's memory, or held back by the server's memory guard (server/memory.ts),
   // whose refused and closed connections count as failed requests above.
@@ -319,7 +392,13 @@ function levelOf(at: At, { arrival, tally, wall, cpuUs, memory, server, cgroup }
   const complete = !tally.failure && !serverDied
   result.pass = complete && !outOfMemory && result.p95_ms < 500 && result.p99_ms < 1000 && failed < 0.01
   if (!result.pass) {
-    result.limit = limitOf({ outOfMemory, said: output + result.error_example, server_cpu: result.server_cpu, failed, complete })
+    result.limit = limitOf({
+      outOfMemory,
+      said: output + result.error_example,
+      server_cpu: result.server_cpu,
+      failed,
+      complete,
+    })
   }
   return result
 }
@@ -337,8 +416,14 @@ async function processesCost(s: Scoring, users: number, at: Level | undefined, l
   const many = await level(s, same, `${here} processes`, lengths, Math.ceil(same / here / 0.85) + 64)
   const ratio = many.cpu_us / one.cpu_us
   return {
-    here, on_box: onBox, users: same, one, many, cpu_ratio: ratio,
-    line: `${counted}; ${fmt(same)} users in ${many.processes} processes cost ` +
+    here,
+    on_box: onBox,
+    users: same,
+    one,
+    many,
+    cpu_ratio: ratio,
+    line:
+      `${counted}; ${fmt(same)} users in ${many.processes} processes cost ` +
       `${fmt(ratio, 2)} x the CPU a request of one (${fmt(many.cpu_us, 1)} against ${fmt(one.cpu_us, 1)} us), ` +
       `${fmt(many.memory_peak_mb)} against ${fmt(one.memory_peak_mb)} MiB`,
   }
@@ -348,20 +433,26 @@ async function processesCost(s: Scoring, users: number, at: Level | undefined, l
 // the users at which the memory guard would bind at the score's rate.
 function printMemory(levels: Level[], score: number, confirmed: Level | undefined) {
   const warm = levels[0]
-  const below = levels.filter((l) => l.pass && l.users < score && l.users > warm.users).sort((a, b) => b.users - a.users)[0]
+  const below = levels
+    .filter((l) => l.pass && l.users < score && l.users > warm.users)
+    .sort((a, b) => b.users - a.users)[0]
   let binds: number | undefined
   for (const l of [confirmed, below]) {
     if (!l?.pass) continue
     const m = l.memory_at_peak
     const perUser = ((l.memory_peak_mb - warm.memory_peak_mb) * 1024) / (l.users - warm.users)
-    console.log(`memory at ${fmt(l.users)} users: ${fmt(l.memory_peak_mb)} MiB at peak (processes ${fmt(m.rss_mb)}, page cache ${fmt(m.cache_mb)}, ` +
-      `socket buffers ${fmt(m.sockets_mb)}, kernel ${fmt(m.kernel_mb)}): ${fmt(perUser, 1)} KB a user beyond the warm-up's`)
+    console.log(
+      `memory at ${fmt(l.users)} users: ${fmt(l.memory_peak_mb)} MiB at peak (processes ${fmt(m.rss_mb)}, page cache ${fmt(m.cache_mb)}, ` +
+        `socket buffers ${fmt(m.sockets_mb)}, kernel ${fmt(m.kernel_mb)}): ${fmt(perUser, 1)} KB a user beyond the warm-up's`,
+    )
     // The server's guard takes no more connections with a tenth of the box's memory free.
     binds ??= Math.floor(warm.users + ((BOX_MEMORY_MB * 0.9 - warm.memory_peak_mb) * 1024) / perUser)
   }
   if (binds) {
-    console.log(`memory binds near ${fmt(binds)} users at that rate: there the memory guard takes no more connections ` +
-      `(a tenth of ${fmt(BOX_MEMORY_MB)} MiB free)`)
+    console.log(
+      `memory binds near ${fmt(binds)} users at that rate: there the memory guard takes no more connections ` +
+        `(a tenth of ${fmt(BOX_MEMORY_MB)} MiB free)`,
+    )
   }
   return binds
 }
@@ -386,14 +477,41 @@ function treeCpuTicksSafe(pid: number) {
 }
 
 function printLevels(levels: Level[]) {
-  const header = ['phase', 'users', 'requests', 'req/s', 'p95 ms', 'p99 ms', 'failed', 'server CPU', 'us/req', 'load CPU', 'MiB peak', 'MiB held', 'processes', 'result']
+  const header = [
+    'phase',
+    'users',
+    'requests',
+    'req/s',
+    'p95 ms',
+    'p99 ms',
+    'failed',
+    'server CPU',
+    'us/req',
+    'load CPU',
+    'MiB peak',
+    'MiB held',
+    'processes',
+    'result',
+  ]
   const lines = levels.map((l) => [
-    l.phase, fmt(l.users), fmt(l.requests), fmt(l.rate), fmt(l.p95_ms, 1), fmt(l.p99_ms, 1), `${fmt(l.failed * 100, 2)}%`,
-    `${fmt(l.server_cpu * 100)}%`, fmt(l.cpu_us, 1), `${fmt(l.generator_cpu * 100)}%`, fmt(l.memory_peak_mb), fmt(l.memory_held_mb), String(l.processes),
+    l.phase,
+    fmt(l.users),
+    fmt(l.requests),
+    fmt(l.rate),
+    fmt(l.p95_ms, 1),
+    fmt(l.p99_ms, 1),
+    `${fmt(l.failed * 100, 2)}%`,
+    `${fmt(l.server_cpu * 100)}%`,
+    fmt(l.cpu_us, 1),
+    `${fmt(l.generator_cpu * 100)}%`,
+    fmt(l.memory_peak_mb),
+    fmt(l.memory_held_mb),
+    String(l.processes),
     l.pass ? 'pass' : `FAIL: ${l.limit}`,
   ])
   const widths = header.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i].length)))
-  const row = (cells: string[]) => cells.map((c, i) => (i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ')
+  const row = (cells: string[]) =>
+    cells.map((c, i) => (i === 0 || i === cells.length - 1 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ')
   console.log(row(header))
   for (const l of lines) console.log(row(l))
 }
@@ -403,7 +521,12 @@ function printLevels(levels: Level[]) {
 // every request), with k6's own CPU beside it: a k6 that cannot keep its users' pace measures itself.
 type Check = { seed: Seed; flags: string[]; k6: string; users: number; ramp: number; hold: number }
 
-export async function k6Check({ users = 10_000, ramp = 60, hold = 60, ...rest }: Partial<Check> & Omit<Check, 'users' | 'ramp' | 'hold'>) {
+export async function k6Check({
+  users = 10_000,
+  ramp = 60,
+  hold = 60,
+  ...rest
+}: Partial<Check> & Omit<Check, 'users' | 'ramp' | 'hold'>) {
   const check: Check = { users, ramp, hold, ...rest }
   const k6Result = await k6Hold(check)
   const ours = await oursHold(check)
@@ -420,15 +543,41 @@ export async function k6Check({ users = 10_000, ramp = 60, hold = 60, ...rest }:
 // (taskset execs k6: the same process).
 async function k6Hold({ seed, flags, k6, users, ramp, hold }: Check) {
   const tokens = join(CACHE, `k6-tokens-${process.pid}.json`)
-  writeFileSync(tokens, JSON.stringify(readFileSync(seed.tokens, 'utf8').trim().split('\n').map((token) => ({ token }))))
+  writeFileSync(
+    tokens,
+    JSON.stringify(
+      readFileSync(seed.tokens, 'utf8')
+        .trim()
+        .split('\n')
+        .map((token) => ({ token })),
+    ),
+  )
   const csv = join(CACHE, `k6-requests-${process.pid}.csv`)
   const cgroup = boxCgroup('k6')
-  const server = await benchServer(join(ROOT, 'dist', 'app.js'), { flags, seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } })
+  const server = await benchServer(join(ROOT, 'dist', 'app.js'), {
+    flags,
+    seed,
+    cgroup: cgroup.dir,
+    env: { HOST: '0.0.0.0' },
+  })
   try {
     const env = { BASE_URL: server.url, VUS: String(users), RAMP_UP: `${ramp}s`, DURATION: `${hold}s`, TOKENS: tokens }
-    const child = spawn('taskset', ['-c', LOAD_CORE, k6, 'run', '--quiet', '--no-color', '--out', `csv=${csv}`,
-      ...Object.entries(env).flatMap(([name, value]) => ['-e', `${name}=${value}`]),
-      join(ROOT, 'load.js')], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, K6_NO_USAGE_REPORT: 'true' } })
+    const child = spawn(
+      'taskset',
+      [
+        '-c',
+        LOAD_CORE,
+        k6,
+        'run',
+        '--quiet',
+        '--no-color',
+        '--out',
+        `csv=${csv}`,
+        ...Object.entries(env).flatMap(([name, value]) => ['-e', `${name}=${value}`]),
+        join(ROOT, 'load.js'),
+      ],
+      { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, K6_NO_USAGE_REPORT: 'true' } },
+    )
     const cpu: [number, number][] = []
     const sampler = setInterval(() => {
       try {
@@ -439,11 +588,17 @@ async function k6Hold({ seed, flags, k6, users, ramp, hold }: Check) {
     clearInterval(sampler)
     if (!existsSync(csv)) throw new Error(`k6 exited with ${code} and wrote no ${csv}`)
     const { from, requests, failed, durations } = readK6Csv(csv, ramp, hold)
-    const near = (t: number) => cpu.reduce((best, sample) => (Math.abs(sample[0] - t) < Math.abs(best[0] - t) ? sample : best))
+    const near = (t: number) =>
+      cpu.reduce((best, sample) => (Math.abs(sample[0] - t) < Math.abs(best[0] - t) ? sample : best))
     const [a, b] = [near(from), near(from + hold)]
     return {
-      exit: code, requests, rate: requests / hold, p95_ms: k6Percentile(durations, 95), p99_ms: k6Percentile(durations, 99),
-      failed: failed / Math.max(1, requests), cpu: ((b[1] - a[1]) * TICK_US) / 1e6 / Math.max(1, b[0] - a[0]),
+      exit: code,
+      requests,
+      rate: requests / hold,
+      p95_ms: k6Percentile(durations, 95),
+      p99_ms: k6Percentile(durations, 99),
+      failed: failed / Math.max(1, requests),
+      cpu: ((b[1] - a[1]) * TICK_US) / 1e6 / Math.max(1, b[0] - a[0]),
     }
   } finally {
     await server.stop()
@@ -478,7 +633,12 @@ function readK6Csv(csv: string, ramp: number, hold: number) {
 // Ours, the same way as a level of the score.
 async function oursHold({ seed, flags, users, ramp, hold }: Check) {
   const cgroup = boxCgroup('ours')
-  const server = await benchServer(join(ROOT, 'dist', 'app.js'), { flags, seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } })
+  const server = await benchServer(join(ROOT, 'dist', 'app.js'), {
+    flags,
+    seed,
+    cgroup: cgroup.dir,
+    env: { HOST: '0.0.0.0' },
+  })
   const usersHold = startUsers({ url: server.url, users, tokens: seed.tokens, ramp, hold })
   try {
     const arrival = await usersHold.arrived()
@@ -526,7 +686,13 @@ export async function main(argv: string[]) {
   writeFileSync(file, JSON.stringify(results, null, 2))
   console.log(`results: ${file}`)
   if (args.record) {
-    recordScore({ commit, full: args.full, score: result.score, estimate: Math.round(estimate.users), line: result.line })
+    recordScore({
+      commit,
+      full: args.full,
+      score: result.score,
+      estimate: Math.round(estimate.users),
+      line: result.line,
+    })
   }
 }
 

@@ -17,7 +17,12 @@ export const EXPECT: Record<Single, [number[], string]> = {
 }
 // The k6 loop's proportions (46.1% feeds, 46.1% posts, 6.9% likes, 0.9% new posts), as the share of
 // draws below which each kind is chosen.
-const MIX: [Single, number][] = [['feed', 0.461], ['post', 0.922], ['like', 0.991], ['create', 1]]
+const MIX: [Single, number][] = [
+  ['feed', 0.461],
+  ['post', 0.922],
+  ['like', 0.991],
+  ['create', 1],
+]
 
 type Request = { kind: Single; bytes: string }
 
@@ -80,7 +85,8 @@ async function sendOn(port: number, requests: Request[], timeoutMs: number) {
         const body = buffer.toString('utf8', end + 4, end + 4 + length)
         buffer = buffer.subarray(end + 4 + length)
         const [statuses, prefix] = EXPECT[requests[i].kind]
-        if (!statuses.includes(status) || !body.startsWith(prefix)) return reject(new Error(`${requests[i].kind} ${i}: ${status} ${body.slice(0, 80)}`))
+        if (!statuses.includes(status) || !body.startsWith(prefix))
+          return reject(new Error(`${requests[i].kind} ${i}: ${status} ${body.slice(0, 80)}`))
         clearTimeout(timer)
         if (++i === requests.length) return resolve()
         timer = setTimeout(() => reject(new Error(`no answer to request ${i} in ${timeoutMs} ms`)), timeoutMs)

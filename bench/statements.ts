@@ -8,7 +8,9 @@ import { DatabaseSync } from 'node:sqlite'
 import { parseArgs } from 'node:util'
 import { CACHE, seededDatabase } from '../harness/seed.ts'
 
-const { values: args } = parseArgs({ options: { calls: { type: 'string', default: '200000' }, only: { type: 'string' } } })
+const { values: args } = parseArgs({
+  options: { calls: { type: 'string', default: '200000' }, only: { type: 'string' } },
+})
 const CALLS = Number(args.calls)
 
 const POST_FIELDS = `'id', p.id, 'body', p.body, 'created_at', p.created_at`
@@ -67,7 +69,9 @@ for (const [shape, { sql, param }] of Object.entries(SHAPES)) {
     for (let i = 0; i < calls; i++) statement.get(...param())
     const wall = ((performance.now() - started) * 1000) / calls
     const { user, system } = process.cpuUsage(cpu)
-    console.log(`  ${setting.padEnd(22)} ${wall.toFixed(2).padStart(7)} us/call   (user ${(user / calls).toFixed(2)}, kernel ${(system / calls).toFixed(2)})`)
+    console.log(
+      `  ${setting.padEnd(22)} ${wall.toFixed(2).padStart(7)} us/call   (user ${(user / calls).toFixed(2)}, kernel ${(system / calls).toFixed(2)})`,
+    )
     db.close()
   }
 }

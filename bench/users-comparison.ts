@@ -14,20 +14,46 @@ export type UsersSettings = { connections: number; rampS: number; holdS: number;
 type UsersRun = { users: UsersSettings; settings: Settings; seed: Seed; cgroup?: string }
 
 export type Hold = {
-  variant: string; round: number; connections: number; seconds: number; sent: number; answered: number; rate: number
-  errors: number; error_example: string; connect_failed: number
-  p50_ms: number; p95_ms: number; p99_ms: number; max_ms: number
+  variant: string
+  round: number
+  connections: number
+  seconds: number
+  sent: number
+  answered: number
+  rate: number
+  errors: number
+  error_example: string
+  connect_failed: number
+  p50_ms: number
+  p95_ms: number
+  p99_ms: number
+  max_ms: number
   // A request's cost over the hold: CPU (user, kernel, both) in us, context switches, syscalls
   // (undefined without perf).
-  cpu_us: number; user_us: number; sys_us: number; voluntary_switches: number; involuntary_switches: number
-  switches: number; syscalls?: number
-  server_cpu: number; rss_idle_mb: number; rss_start_mb: number; rss_peak_mb: number; kb_per_connection: number
-  generator_cpu: number; pass: boolean; perf_note?: string
+  cpu_us: number
+  user_us: number
+  sys_us: number
+  voluntary_switches: number
+  involuntary_switches: number
+  switches: number
+  syscalls?: number
+  server_cpu: number
+  rss_idle_mb: number
+  rss_start_mb: number
+  rss_peak_mb: number
+  kb_per_connection: number
+  generator_cpu: number
+  pass: boolean
+  perf_note?: string
 }
 
 // The floors: the same SQL and token check with nothing of ours around them (bench/floor-sql.ts), on
 // node:http, straight on node:net, and on node:net through a minimal Hono app.
-const FLOORS = [['floor', 'floor.ts'], ['floor, node:net', 'floor-net.ts'], ['floor, node:net + Hono', 'floor-hono.ts']]
+const FLOORS = [
+  ['floor', 'floor.ts'],
+  ['floor, node:net', 'floor-net.ts'],
+  ['floor, node:net + Hono', 'floor-hono.ts'],
+]
 
 // The users comparison's variants: ours; ours again on a second server (the A/A: the method's noise; not
 // with --quick); ours on @hono/node-server (HTTP_SERVER=node-server), the server it had before node:net;
@@ -53,9 +79,11 @@ export async function usersComparison(variants: Variant[], run: UsersRun): Promi
     const order = round % 2 ? [...variants].reverse() : variants
     for (const variant of order) {
       const left = (total - holds.length) * perHoldS
-      log(`bench: users ${round + 1}/${users.rounds}: ${variant.name}: ${fmt(users.connections)} users arriving over ` +
-        `${fmt(users.rampS)} s, then ${fmt(users.holdS)} s measured ` +
-        `(about ${Math.ceil(left / 60)} min left of the users holds)`)
+      log(
+        `bench: users ${round + 1}/${users.rounds}: ${variant.name}: ${fmt(users.connections)} users arriving over ` +
+          `${fmt(users.rampS)} s, then ${fmt(users.holdS)} s measured ` +
+          `(about ${Math.ceil(left / 60)} min left of the users holds)`,
+      )
       holds.push(await holdVariant(variant, round + 1, run))
     }
   }
@@ -83,8 +111,10 @@ async function holdVariant(variant: Variant, round: number, run: UsersRun): Prom
     if (arrival.failure) throw arrival.failure
     // Every user has arrived: the generators measure from now (no idle time), and so does this.
     meter = meterServer(server.pid)
-    log(`bench: ${fmt(arrival.open)} users have arrived (${count} generator${count > 1 ? 's' : ''}); ` +
-      `measuring ${fmt(users.holdS)} s (about ${fmt(arrival.open * USER_RATE)} requests/s)`)
+    log(
+      `bench: ${fmt(arrival.open)} users have arrived (${count} generator${count > 1 ? 's' : ''}); ` +
+        `measuring ${fmt(users.holdS)} s (about ${fmt(arrival.open * USER_RATE)} requests/s)`,
+    )
     const tally = await hold.done()
     if (tally.failure) throw tally.failure
     return holdOf(variant, round, { arrival, tally, server: await meter.stop(), rssIdle, users: users.connections })
@@ -122,7 +152,9 @@ function meterServer(pid: number) {
         wallS,
         voluntary: switchesAfter.voluntary - switchesBefore.voluntary,
         involuntary: switchesAfter.involuntary - switchesBefore.involuntary,
-        rssStart, rssPeak, syscalls: await perf.stop(),
+        rssStart,
+        rssPeak,
+        syscalls: await perf.stop(),
       }
     },
   }
@@ -146,10 +178,14 @@ function holdOf(variant: Variant, round: number, { arrival, tally, server, rssId
     rate: tally.answered / seconds,
     errors: tally.errors,
     // The failures that carry no answer to show: connections that never opened, requests never answered.
-    error_example: tally.example ?? [
-      failedToConnect && `${fmt(failedToConnect)} of ${fmt(users)} connections failed to open`,
-      tally.unanswered && `${fmt(tally.unanswered)} requests unanswered 5 s after the hold`,
-    ].filter(Boolean).join('; '),
+    error_example:
+      tally.example ??
+      [
+        failedToConnect && `${fmt(failedToConnect)} of ${fmt(users)} connections failed to open`,
+        tally.unanswered && `${fmt(tally.unanswered)} requests unanswered 5 s after the hold`,
+      ]
+        .filter(Boolean)
+        .join('; '),
     connect_failed: failedToConnect,
     p50_ms: at(50),
     p95_ms: at(95),

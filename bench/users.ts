@@ -174,7 +174,8 @@ async function connectAll() {
   return (performance.now() - started) / 1000
 }
 
-const percentile = (sorted: number[], p: number) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0
+const percentile = (sorted: number[], p: number) =>
+  sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0
 const print = (event: object) => process.stdout.write(JSON.stringify(event) + '\n')
 
 const connectSeconds = await connectAll()
@@ -189,11 +190,21 @@ const started = performance.now()
 end = started + Number(opts.hold) * 1000
 if (!LOOP_ON_ARRIVAL) for (const u of users) void loop(u, Math.floor(Math.random() * 3), Math.random() * between(3, 15))
 const reporter = opts.interval
-  ? setInterval(() => {
-      const sorted = window.sort((a, b) => a - b)
-      window = []
-      print({ event: 'interval', seconds: (performance.now() - started) / 1000, answered: sorted.length, errors: { ...errors }, p50_ms: percentile(sorted, 50), p99_ms: percentile(sorted, 99) })
-    }, Number(opts.interval) * 1000)
+  ? setInterval(
+      () => {
+        const sorted = window.sort((a, b) => a - b)
+        window = []
+        print({
+          event: 'interval',
+          seconds: (performance.now() - started) / 1000,
+          answered: sorted.length,
+          errors: { ...errors },
+          p50_ms: percentile(sorted, 50),
+          p99_ms: percentile(sorted, 99),
+        })
+      },
+      Number(opts.interval) * 1000,
+    )
   : undefined
 await sleep(Number(opts.hold) * 1000)
 clearInterval(reporter)

@@ -19,23 +19,40 @@ const cpuUs = () => {
 }
 
 // 64 verifications in flight at a time, as under load; the signature is wrong, which costs the same.
-const key = await crypto.subtle.importKey('raw', new TextEncoder().encode(DEFAULT_SECRET), { name: 'HMAC', hash: 'SHA-256' }, false, ['verify'])
-const signed = new TextEncoder().encode('eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxIiwidXNlcm5hbWUiOiJ4IiwiZXhwIjo5OTk5OTk5OTk5fQ')
+const key = await crypto.subtle.importKey(
+  'raw',
+  new TextEncoder().encode(DEFAULT_SECRET),
+  { name: 'HMAC', hash: 'SHA-256' },
+  false,
+  ['verify'],
+)
+const signed = new TextEncoder().encode(
+  'eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxIiwidXNlcm5hbWUiOiJ4IiwiZXhwIjo5OTk5OTk5OTk5fQ',
+)
 const signature = new Uint8Array(32)
 const verifyMany = (n: number) =>
-  Promise.all(Array.from({ length: 64 }, async () => {
-    for (let i = 0; i < n / 64; i++) await crypto.subtle.verify('HMAC', key, signature, signed)
-  }))
+  Promise.all(
+    Array.from({ length: 64 }, async () => {
+      for (let i = 0; i < n / 64; i++) await crypto.subtle.verify('HMAC', key, signature, signed)
+    }),
+  )
 await verifyMany(2_000)
 let started = cpuUs()
 await verifyMany(20_000)
 const verifyUs = (cpuUs() - started) / 20_000
 
 // Context switches of every thread of this process (the threadpool's too), from /proc.
-const switches = () => readdirSync('/proc/self/task').reduce((n, task) => {
-  const status = readFileSync(`/proc/self/task/${task}/status`, 'utf8')
-  return n + [...status.matchAll(/^(?:non)?voluntary_ctxt_switches:\s+(\d+)$/gm)].reduce((sum, [, count]) => sum + Number(count), 0)
-}, 0)
+const switches = () =>
+  readdirSync('/proc/self/task').reduce((n, task) => {
+    const status = readFileSync(`/proc/self/task/${task}/status`, 'utf8')
+    return (
+      n +
+      [...status.matchAll(/^(?:non)?voluntary_ctxt_switches:\s+(\d+)$/gm)].reduce(
+        (sum, [, count]) => sum + Number(count),
+        0,
+      )
+    )
+  }, 0)
 const idle = () => new Promise((resolve) => setTimeout(resolve, 1))
 const checks = {
   'an idle wake-up alone': async () => {},
@@ -44,7 +61,8 @@ const checks = {
 }
 // In blocks of 100, one check's after another's, so that the machine's drift falls on all three alike.
 const sparse = Object.fromEntries(Object.keys(checks).map((name) => [name, { us: 0, switches: 0 }]))
-for (let block = -3; block < 30; block++) { // the first 3 rounds warm up
+for (let block = -3; block < 30; block++) {
+  // the first 3 rounds warm up
   for (const [name, check] of Object.entries(checks)) {
     const [cpu, switched] = [cpuUs(), switches()]
     for (let i = 0; i < 100; i++) {
@@ -81,9 +99,15 @@ const transactionUs = (cpuUs() - started) / 3_000
 db.close()
 rmSync(dir, { recursive: true, force: true })
 
-console.log(`Node ${process.version}: HMAC verify ${verifyUs.toFixed(2)} us CPU; transaction of 8 likes ${transactionUs.toFixed(1)} us CPU`)
+console.log(
+  `Node ${process.version}: HMAC verify ${verifyUs.toFixed(2)} us CPU; transaction of 8 likes ${transactionUs.toFixed(1)} us CPU`,
+)
 const base = sparse['an idle wake-up alone']
-console.log(`a sparse token check, after 1 ms idle (${base.us.toFixed(1)} us CPU and ${base.switches.toFixed(1)} context switches a wake-up alone):`)
+console.log(
+  `a sparse token check, after 1 ms idle (${base.us.toFixed(1)} us CPU and ${base.switches.toFixed(1)} context switches a wake-up alone):`,
+)
 for (const [name, { us, switches }] of Object.entries(sparse).slice(1)) {
-  console.log(`  ${name}: +${(us - base.us).toFixed(1)} us CPU, +${(switches - base.switches).toFixed(1)} context switches`)
+  console.log(
+    `  ${name}: +${(us - base.us).toFixed(1)} us CPU, +${(switches - base.switches).toFixed(1)} context switches`,
+  )
 }

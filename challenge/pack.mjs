@@ -9,7 +9,18 @@ const root = join(import.meta.dirname, '..')
 const outdir = process.argv[2] || join(root, 'dist', 'challenge', 'typescript-hono-node-sqlite')
 const FILES = {
   challenge: ['install.sh', 'build.sh', 'start.sh', 'README.md'],
-  '.': ['package.json', 'package-lock.json', '.npmrc', 'build.mjs', 'app.ts', 'server', 'seed.ts', 'random.ts', 'start.ts', 'schema.sql'],
+  '.': [
+    'package.json',
+    'package-lock.json',
+    '.npmrc',
+    'build.mjs',
+    'app.ts',
+    'server',
+    'seed.ts',
+    'random.ts',
+    'start.ts',
+    'schema.sql',
+  ],
 }
 
 rmSync(outdir, { recursive: true, force: true })

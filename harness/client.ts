@@ -6,7 +6,11 @@ export type Answer = { status?: number; headers: Record<string, string>; body: s
 
 // One request, as bytes, on a connection of its own: whatever comes back before the server closes it
 // (or timeoutMs pass), with the head parsed. A whole response with a Content-Length is enough.
-export function exchange(port: number, bytes: Buffer | string, { halfClose = false, timeoutMs = 5_000 } = {}): Promise<Answer> {
+export function exchange(
+  port: number,
+  bytes: Buffer | string,
+  { halfClose = false, timeoutMs = 5_000 } = {},
+): Promise<Answer> {
   return new Promise((resolve) => {
     const socket = connect(port, '127.0.0.1')
     const chunks: Buffer[] = []
@@ -18,8 +22,19 @@ export function exchange(port: number, bytes: Buffer | string, { halfClose = fal
       const head = received.subarray(0, end < 0 ? received.length : end).toString('utf8')
       const body = end < 0 ? Buffer.alloc(0) : received.subarray(end + 4)
       const status = /^HTTP\/1\.1 (\d{3}) /.exec(head)?.[1]
-      const headers = Object.fromEntries(head.split('\r\n').slice(1).map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]))
-      resolve({ status: status ? Number(status) : undefined, headers, body: body.toString('utf8'), bodyBytes: body.length, raw: received.toString('utf8') })
+      const headers = Object.fromEntries(
+        head
+          .split('\r\n')
+          .slice(1)
+          .map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]),
+      )
+      resolve({
+        status: status ? Number(status) : undefined,
+        headers,
+        body: body.toString('utf8'),
+        bodyBytes: body.length,
+        raw: received.toString('utf8'),
+      })
     }
     const timer = setTimeout(done, timeoutMs)
     socket.on('data', (chunk: Buffer) => {

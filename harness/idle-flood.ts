@@ -13,7 +13,14 @@ import { connect } from 'node:net'
 import { createInterface } from 'node:readline'
 import { parseArgs } from 'node:util'
 
-const { values: opts } = parseArgs({ options: { port: { type: 'string' }, host: { type: 'string', default: '127.0.0.1' }, connections: { type: 'string', default: '1000' }, rate: { type: 'string', default: 'Infinity' } } })
+const { values: opts } = parseArgs({
+  options: {
+    port: { type: 'string' },
+    host: { type: 'string', default: '127.0.0.1' },
+    connections: { type: 'string', default: '1000' },
+    rate: { type: 'string', default: 'Infinity' },
+  },
+})
 const print = (event: object) => process.stdout.write(JSON.stringify(event) + '\n')
 type Outcome = 'answered' | 'refused' | 'closed' | 'failed' | 'wrong'
 
@@ -35,7 +42,10 @@ const open = (): Promise<{ outcome: Outcome; closed: () => boolean; close: () =>
       const length = Number(/\r\ncontent-length: *(\d+)/i.exec(answer)?.[1])
       if (end < 0 || answer.length < end + 4 + length) return
       if (answer.startsWith('HTTP/1.1 200 ') && answer.includes('{"post":')) done('answered')
-      else done(answer.startsWith('HTTP/1.1 503 ') && answer.endsWith('{"error":"server at capacity"}') ? 'refused' : 'wrong')
+      else
+        done(
+          answer.startsWith('HTTP/1.1 503 ') && answer.endsWith('{"error":"server at capacity"}') ? 'refused' : 'wrong',
+        )
     })
     socket.on('error', () => {})
     socket.on('close', () => {
@@ -56,7 +66,14 @@ for (let i = 0; i < total; i += batch) {
   connections.push(...(await Promise.all(Array.from({ length: Math.min(batch, total - i) }, open))))
 }
 const count = (outcome: Outcome) => connections.filter((c) => c.outcome === outcome).length
-print({ event: 'opened', answered: count('answered'), refused: count('refused'), closed: count('closed'), failed: count('failed'), wrong: count('wrong') })
+print({
+  event: 'opened',
+  answered: count('answered'),
+  refused: count('refused'),
+  closed: count('closed'),
+  failed: count('failed'),
+  wrong: count('wrong'),
+})
 
 createInterface({ input: process.stdin }).once('line', () => {
   const shed = connections.filter((c) => c.outcome === 'answered' && c.closed()).length

@@ -44,7 +44,8 @@ export function processTree(pid: number): number[] {
 }
 
 export const treeCpuTicks = (pid: number) => processTree(pid).reduce((sum, p) => sum + cpuTicks(p).total, 0)
-export const treeMemoryKb = (pid: number, field: 'VmHWM' | 'VmRSS') => processTree(pid).reduce((sum, p) => sum + memoryKb(p, field), 0)
+export const treeMemoryKb = (pid: number, field: 'VmHWM' | 'VmRSS') =>
+  processTree(pid).reduce((sum, p) => sum + memoryKb(p, field), 0)
 
 // utime and stime of the process tree, all threads, in clock ticks: the user and kernel sides apart.
 export function treeCpu(pid: number): { user: number; system: number } {

@@ -27,7 +27,11 @@ export async function startS3rver(port: number, directory: string, cores?: strin
   }
   port = Number(started)
   return {
-    env: { AWS_ENDPOINT_URL_S3: `http://127.0.0.1:${port}`, AWS_ACCESS_KEY_ID: 'S3RVER', AWS_SECRET_ACCESS_KEY: 'S3RVER' },
+    env: {
+      AWS_ENDPOINT_URL_S3: `http://127.0.0.1:${port}`,
+      AWS_ACCESS_KEY_ID: 'S3RVER',
+      AWS_SECRET_ACCESS_KEY: 'S3RVER',
+    },
     url: `s3://feed/feed.db?endpoint=http://127.0.0.1:${port}`,
     // SIGKILL: on SIGTERM s3rver closes gently, and waits for connections a client keeps open.
     stop: async () => {

@@ -2,7 +2,17 @@
 // the seed into bench/.cache, and copied fresh for every server that runs on it.
 import { execFileSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs'
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { isRunning } from './proc.ts'
@@ -23,19 +33,25 @@ export type Token = { id: number; username: string; token: string }
 // the signing of its tokens included), so a change to any of it seeds again. The seed is built in a folder
 // of its own and renamed into place whole: a run stopped halfway, or two runs at once, leave no half of one.
 export function seededDatabase({ quiet = false } = {}): Seed {
-  const hash = createHash('sha256').update(readFileSync(join(ROOT, 'dist', 'seed.js'))).digest('hex').slice(0, 12)
+  const hash = createHash('sha256')
+    .update(readFileSync(join(ROOT, 'dist', 'seed.js')))
+    .digest('hex')
+    .slice(0, 12)
   const dir = join(CACHE, `seed-${hash}`)
   const seed = { db: join(dir, 'feed.db'), tokens: join(dir, 'tokens.txt') }
   if (existsSync(dir)) return seed
   console.error('seeding the challenge database once for this version of the seed, into bench/.cache (about 30 s)')
   const partial = `${dir}.${process.pid}`
   mkdirSync(CACHE, { recursive: true })
-  for (const name of readdirSync(CACHE)) { // what runs stopped halfway left behind
+  for (const name of readdirSync(CACHE)) {
+    // what runs stopped halfway left behind
     const pid = Number(/^seed-[0-9a-f]+\.(\d+)$/.exec(name)?.[1])
     if (pid && !isRunning(pid)) rmSync(join(CACHE, name), { recursive: true, force: true })
   }
   try {
-    execFileSync(process.execPath, [join(ROOT, 'dist', 'seed.js'), join(partial, 'feed.db')], { stdio: ['ignore', 'ignore', quiet ? 'pipe' : 'inherit'] })
+    execFileSync(process.execPath, [join(ROOT, 'dist', 'seed.js'), join(partial, 'feed.db')], {
+      stdio: ['ignore', 'ignore', quiet ? 'pipe' : 'inherit'],
+    })
   } catch (error) {
     if (quiet) console.error(String((error as { stderr?: Buffer }).stderr ?? ''))
     throw error

@@ -35,7 +35,11 @@ const HTTP_SERVER = process.env.HTTP_SERVER ? { HTTP_SERVER: process.env.HTTP_SE
 
 // Starts the command and resolves once it prints its address on stdout or stderr; rejects, with what it
 // printed, when it exits first or does not listen within timeoutMs (then it is killed).
-export function startServer(command: string, args: string[], { env, cwd = ROOT, uid, gid, cores, cgroup, timeoutMs = 90_000, onStderr }: StartOptions): Promise<Server> {
+export function startServer(
+  command: string,
+  args: string[],
+  { env, cwd = ROOT, uid, gid, cores, cgroup, timeoutMs = 90_000, onStderr }: StartOptions,
+): Promise<Server> {
   const pinned = cores ? ['taskset', '-c', cores, command, ...args] : [command, ...args]
   const [file, ...argv] = cgroup ? ['sh', '-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', cgroup, ...pinned] : pinned
   const child = spawn(file, argv, {

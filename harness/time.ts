@@ -21,7 +21,10 @@ export async function until(condition: () => boolean, timeoutMs: number, what: s
 // The promise, or an error naming what did not happen within timeoutMs.
 export async function within<T>(promise: Promise<T>, timeoutMs: number, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined
-  const late = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not within ${timeoutMs / 1000} s`)), timeoutMs)))
+  const late = new Promise<never>(
+    (_, reject) =>
+      (timer = setTimeout(() => reject(new Error(`${what}: not within ${timeoutMs / 1000} s`)), timeoutMs)),
+  )
   try {
     return await Promise.race([promise, late])
   } finally {

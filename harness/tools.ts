@@ -12,7 +12,8 @@ const found = (...paths: (string | undefined)[]) => paths.find((path) => path &&
 // Litestream 0.5.17 or later: LITESTREAM_BIN, else the shared tools' build. Undefined where there is
 // none; NO_LITESTREAM is then why, for a test's skip.
 export const LITESTREAM = found(process.env.LITESTREAM_BIN, join(SHARED_TOOLS, 'litestream'))
-export const NO_LITESTREAM = !LITESTREAM && 'no Litestream 0.5 binary: set LITESTREAM_BIN, or put one at ../shared/tools/litestream'
+export const NO_LITESTREAM =
+  !LITESTREAM && 'no Litestream 0.5 binary: set LITESTREAM_BIN, or put one at ../shared/tools/litestream'
 
 // k6: K6, else the shared tools' build. Undefined where there is none (then look on the PATH).
 export const K6_BIN = found(process.env.K6, join(SHARED_TOOLS, 'k6'))

@@ -12,6 +12,8 @@ if (older !== -1 && found[older] < want[older]) {
   const how = installed
     ? `the npm registry has no Node.js ${needed} build for ${process.platform}-${process.arch}: install it with nvm (\`nvm install\` reads .nvmrc) or from https://nodejs.org`
     : 'run `npm install` first, which brings the pinned Node.js for this machine'
-  console.error(`This project needs Node.js ${needed} or newer, found ${process.version} (${process.execPath}): ${how}.`)
+  console.error(
+    `This project needs Node.js ${needed} or newer, found ${process.version} (${process.execPath}): ${how}.`,
+  )
   process.exit(1)
 }

@@ -23,9 +23,14 @@ export async function openDatabaseAtStart() {
   let waited = false
   while (!openDatabase()) {
     if (Date.now() - started >= START_WAIT_MS) {
-      return console.warn(`start: ${SQLITE_PATH} is still locked after ${START_WAIT_MS / 1000} s; serving, and /health says the database is busy until it is free`)
+      return console.warn(
+        `start: ${SQLITE_PATH} is still locked after ${START_WAIT_MS / 1000} s; serving, and /health says the database is busy until it is free`,
+      )
     }
-    if (!waited) console.log(`start: ${SQLITE_PATH} is locked by another process (a long transaction); waiting up to ${START_WAIT_MS / 1000} s`)
+    if (!waited)
+      console.log(
+        `start: ${SQLITE_PATH} is locked by another process (a long transaction); waiting up to ${START_WAIT_MS / 1000} s`,
+      )
     waited = true
     await new Promise((resolve) => setTimeout(resolve, 50))
   }

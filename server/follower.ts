@@ -9,7 +9,17 @@ import type { HttpBindings } from '@hono/node-server'
 import { Hono, type Context } from 'hono'
 import { existsSync, readFileSync } from 'node:fs'
 import type { DatabaseSync, StatementSync } from 'node:sqlite'
-import { answerError, ApiError, BUSY_TIMEOUT_MS, authenticate, database, hooks, jsonResponse, limitBody, SQLITE_PATH } from '../app.ts'
+import {
+  answerError,
+  ApiError,
+  BUSY_TIMEOUT_MS,
+  authenticate,
+  database,
+  hooks,
+  jsonResponse,
+  limitBody,
+  SQLITE_PATH,
+} from '../app.ts'
 import type { Fetch } from './api-server.ts'
 import { litestreamFiles } from './litestream.ts'
 
@@ -37,7 +47,9 @@ const POLL_MS = 10
 // writes go to the primary, past the same body limit as the primary's.
 export function forwardWrites(fetch: Fetch): Fetch {
   if (!existsSync(SQLITE_PATH)) {
-    console.error(`${SQLITE_PATH} is missing: a follower (PRIMARY_API_URL) serves the copy \`litestream restore -f\` keeps; start it with npm start and LITESTREAM_REPLICA_URL`)
+    console.error(
+      `${SQLITE_PATH} is missing: a follower (PRIMARY_API_URL) serves the copy \`litestream restore -f\` keeps; start it with npm start and LITESTREAM_REPLICA_URL`,
+    )
     process.exit(1)
   }
   hooks.readOnly = true
@@ -60,7 +72,10 @@ async function forward(c: Context) {
   let answer: Response
   try {
     answer = await fetch(PRIMARY_API_URL + c.req.path, {
-      method: 'POST', headers, body: body.byteLength ? body : undefined, signal: AbortSignal.timeout(FORWARD_TIMEOUT_MS),
+      method: 'POST',
+      headers,
+      body: body.byteLength ? body : undefined,
+      signal: AbortSignal.timeout(FORWARD_TIMEOUT_MS),
     })
   } catch (error) {
     // Refused: nothing was written. Timed out: the primary may have committed it, or not.
@@ -70,9 +85,10 @@ async function forward(c: Context) {
   const text = await answer.text()
   if (answer.status !== 200 && answer.status !== 201) return jsonResponse(answer.status, text)
   const likedPost = c.req.param('id')
-  const here = likedPost === undefined
-    ? () => rowHere('SELECT 1 FROM posts WHERE id = ?', (JSON.parse(text) as { post: { id: number } }).post.id)
-    : () => rowHere('SELECT 1 FROM likes WHERE user_id = ? AND post_id = ?', user.id, Number(likedPost))
+  const here =
+    likedPost === undefined
+      ? () => rowHere('SELECT 1 FROM posts WHERE id = ?', (JSON.parse(text) as { post: { id: number } }).post.id)
+      : () => rowHere('SELECT 1 FROM likes WHERE user_id = ? AND post_id = ?', user.id, Number(likedPost))
   if (await caughtUp(here, CATCH_UP_MS)) return jsonResponse(answer.status, text)
   // Committed on the primary but not here yet: still the primary's answer (an error would invite a
   // retry, and a second post), marked so the client knows a read here may not show it yet.

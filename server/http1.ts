@@ -51,7 +51,8 @@ const PLAIN_PATH = /^\/[!#$&-;=?-[\]_a-z~]*$/
 const DOT_SEGMENT = /\/\.\.?(?:[/?#]|$)/
 // A Host value: a registered name or an IPv4 address (RFC 3986's reg-name, without percent-encoding,
 // which @hono/node-server refuses too) or an IP literal, and a port of 0 to 65535.
-const HOST = /^(?:[A-Za-z0-9\-._~!$&'()*+,;=]+|\[[0-9A-Fa-f:.]+\])(?::(?:6553[0-5]|655[0-2]\d|65[0-4]\d\d|6[0-4]\d{3}|[1-5]\d{4}|\d{1,4}))?$/
+const HOST =
+  /^(?:[A-Za-z0-9\-._~!$&'()*+,;=]+|\[[0-9A-Fa-f:.]+\])(?::(?:6553[0-5]|655[0-2]\d|65[0-4]\d\d|6[0-4]\d{3}|[1-5]\d{4}|\d{1,4}))?$/
 const FRAMING_FIELDS = new Set(['content-length', 'transfer-encoding'])
 
 // The head of the request at `start` of `bytes` (after any empty lines, which RFC 9112, 2.2 lets a
@@ -82,7 +83,8 @@ export function readHead(bytes: Buffer, start: number, progress: Progress): Head
   if ('status' in framing) return framing
   // RFC 9112, 3.2.3 and 3.2.4: the authority-form is CONNECT's, the asterisk-form a server-wide OPTIONS;
   // neither is a resource a route here could answer.
-  if (target.charCodeAt(0) !== 47 && !/^https?:\/\//.test(target)) return refuse(400, 'a request target in authority-form or asterisk-form')
+  if (target.charCodeAt(0) !== 47 && !/^https?:\/\//.test(target))
+    return refuse(400, 'a request target in authority-form or asterisk-form')
   // RFC 9110, 4.2.4: userinfo in an http(s) URI is an error.
   if (/^https?:\/\/[^/?]*@/.test(target)) return refuse(400, 'userinfo in an absolute-form target')
   const url = requestUrl(target, framing.host)
@@ -94,7 +96,11 @@ export function readHead(bytes: Buffer, start: number, progress: Progress): Head
 // each line once it is whole, and NUL or a bare CR or LF as soon as it comes.
 function incomplete(bytes: Buffer, start: number, read: Progress): Refusal | undefined {
   if (bytes.length - start > MAX_HEAD_BYTES) return TOO_LARGE
-  for (let eol; (eol = bytes.indexOf('\r\n', Math.max(read.line, read.scanned - 1), 'latin1')) >= 0; read.line = eol + 2) {
+  for (
+    let eol;
+    (eol = bytes.indexOf('\r\n', Math.max(read.line, read.scanned - 1), 'latin1')) >= 0;
+    read.line = eol + 2
+  ) {
     const text = bytes.toString('latin1', read.line, eol + 2)
     if (read.line === start) {
       const line = REQUEST_LINE.exec(text)
@@ -110,7 +116,8 @@ function incomplete(bytes: Buffer, start: number, read: Progress): Refusal | und
   }
   for (let at = Math.max(read.scanned, read.line); at < bytes.length; at++) {
     const byte = bytes[at]
-    if (byte === 0 || (byte === 10) !== (bytes[at - 1] === 13)) return refuse(400, 'a NUL or a bare CR or LF in the head')
+    if (byte === 0 || (byte === 10) !== (bytes[at - 1] === 13))
+      return refuse(400, 'a NUL or a bare CR or LF in the head')
   }
   read.scanned = bytes.length
   return read.counted + bytes.length - read.line >= MAX_HEADER_BYTES ? TOO_LARGE : undefined
@@ -136,7 +143,8 @@ function readFields(text: string, from: number, fields: string[]): number | Refu
     const lower = name.toLowerCase()
     const value = trimEnd(raw)
     // llhttp refuses a tab after the codings, where it would trim it from another value.
-    if (lower === 'transfer-encoding' && raw.slice(value.length).includes('\t')) return refuse(400, 'a tab after Transfer-Encoding\'s codings')
+    if (lower === 'transfer-encoding' && raw.slice(value.length).includes('\t'))
+      return refuse(400, "a tab after Transfer-Encoding's codings")
     counted += name.length + raw.length
     fields.push(lower, value)
   }
@@ -145,7 +153,7 @@ function readFields(text: string, from: number, fields: string[]): number | Refu
 
 function fieldFault(line: string): string {
   if (line[0] === ' ' || line[0] === '\t') return 'a folded field line (obs-fold)'
-  if (/^[^:\r\n]*[\t ]:/.test(line)) return 'whitespace before a field name\'s colon'
+  if (/^[^:\r\n]*[\t ]:/.test(line)) return "whitespace before a field name's colon"
   return 'a field line that is not name: value'
 }
 
@@ -194,11 +202,24 @@ function framingOf(minor: 0 | 1, fields: string[]): Framing | Refusal {
   if (host !== undefined && !HOST.test(host)) return refuse(400, 'a Host that is not host[:port]')
   const bodyLength = bodyLengthOf(minor, contentLength, codings)
   if (typeof bodyLength !== 'number') return bodyLength
-  const tokens = connection === '' ? [] : connection.toLowerCase().split(',').map((token) => token.trim())
+  const tokens =
+    connection === ''
+      ? []
+      : connection
+          .toLowerCase()
+          .split(',')
+          .map((token) => token.trim())
   const keepAlive = !tokens.includes('close') && (minor === 1 || tokens.includes('keep-alive'))
   // RFC 9110, 10.1.1: an HTTP/1.0 client's expectation is ignored.
-  if (minor === 1 && expect !== undefined && expect.toLowerCase() !== '100-continue') return refuse(417, 'an expectation other than 100-continue')
-  return { minor, host: minor === 0 ? host ?? 'localhost' : host, bodyLength, keepAlive, expectContinue: minor === 1 && expect !== undefined }
+  if (minor === 1 && expect !== undefined && expect.toLowerCase() !== '100-continue')
+    return refuse(417, 'an expectation other than 100-continue')
+  return {
+    minor,
+    host: minor === 0 ? (host ?? 'localhost') : host,
+    bodyLength,
+    keepAlive,
+    expectContinue: minor === 1 && expect !== undefined,
+  }
 }
 
 // The body's length: none, a Content-Length, or chunked, which must be the one transfer coding.
@@ -312,4 +333,5 @@ export class ChunkedBody {
 
 // chunk-size [ chunk-ext ]: hex digits, then any number of ;name or ;name=value (a token or a quoted
 // string). The whitespace RFC 9112, 7.1.1 tolerates around ; and = (BWS) is refused, as llhttp does.
-const CHUNK_LINE = /^([0-9A-Fa-f]+)(?:;[!#$%&'*+\-.^_`|~0-9A-Za-z]+(?:=(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+|"(?:[\t !#-[\]-~\x80-\xff]|\\[\t -~\x80-\xff])*"))?)*$/
+const CHUNK_LINE =
+  /^([0-9A-Fa-f]+)(?:;[!#$%&'*+\-.^_`|~0-9A-Za-z]+(?:=(?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+|"(?:[\t !#-[\]-~\x80-\xff]|\\[\t -~\x80-\xff])*"))?)*$/

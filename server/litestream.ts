@@ -12,7 +12,8 @@ import { basename, dirname, join, resolve } from 'node:path'
 export function litestreamFiles(sqlitePath: string) {
   const db = resolve(sqlitePath)
   const state = join(dirname(db), `.${basename(db)}-litestream`)
-  const socket = Buffer.byteLength(`${state}.sock`) <= 107 ? `${state}.sock` : join(tmpdir(), `litestream-${process.pid}.sock`)
+  const socket =
+    Buffer.byteLength(`${state}.sock`) <= 107 ? `${state}.sock` : join(tmpdir(), `litestream-${process.pid}.sock`)
   return { db, state, config: `${state}.yml`, socket, txid: `${db}-txid` }
 }
 

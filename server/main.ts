@@ -28,7 +28,8 @@ else await run()
 
 async function run() {
   // The default secret is the challenge's, which anyone can read: one process says so for all.
-  if (speaksForAll && !process.env.JWT_SECRET) console.warn('JWT_SECRET is not set: tokens are checked with the challenge\'s public default secret; set your own')
+  if (speaksForAll && !process.env.JWT_SECRET)
+    console.warn("JWT_SECRET is not set: tokens are checked with the challenge's public default secret; set your own")
   const fetch = PRIMARY_API_URL ? forwardWrites(app.fetch) : await plugInReplica(app.fetch, speaksForAll)
   hooks.health = () => ({ ...replicaHealth(), ...memoryHealth() })
   await openDatabaseAtStart()

@@ -51,7 +51,11 @@ export function guardMemory(server: ApiServer, connections: Set<Socket>, measure
     else if (next === 'taking') server.maxConnections = Infinity
     if (next !== state) {
       const figures = `${Math.round(used / MiB)} of ${Math.round(budget / MiB)} MiB used, ${connections.size} connections held`
-      const says = { taking: `taking new connections again${shed ? ` (${shed} idle ones closed meanwhile)` : ''}`, full: 'taking no more connections than it holds', shedding: 'closing idle connections, least recently used first' }
+      const says = {
+        taking: `taking new connections again${shed ? ` (${shed} idle ones closed meanwhile)` : ''}`,
+        full: 'taking no more connections than it holds',
+        shedding: 'closing idle connections, least recently used first',
+      }
       console.warn(`memory: ${figures}; ${says[next]}`)
       if (next === 'taking') shed = 0
       state = next
@@ -91,7 +95,7 @@ function kernelFile(path: string): () => string {
   const buffer = Buffer.alloc(16 * 1024) // memory.stat and meminfo are 1 to 2 KB
   return () => {
     let length = 0
-    for (let n; (n = readSync(fd, buffer, length, buffer.length - length, length)) > 0; ) length += n
+    for (let n; (n = readSync(fd, buffer, length, buffer.length - length, length)) > 0;) length += n
     return buffer.toString('utf8', 0, length)
   }
 }

@@ -7,7 +7,18 @@ import { createServer, type IncomingMessage, type RequestListener, type ServerRe
 import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { errorBody, errorResponse, JSON_HEADERS } from '../app.ts'
-import { DRAIN_MS, HEADERS_TIMEOUT_MS, HEALTH_PATH, KEEP_ALIVE_MS, MAX_UNWRITTEN, REFUSALS, REQUEST_TIMEOUT_MS, RETRY_AFTER_S, type ApiServer, type Fetch } from './api-server.ts'
+import {
+  DRAIN_MS,
+  HEADERS_TIMEOUT_MS,
+  HEALTH_PATH,
+  KEEP_ALIVE_MS,
+  MAX_UNWRITTEN,
+  REFUSALS,
+  REQUEST_TIMEOUT_MS,
+  RETRY_AFTER_S,
+  type ApiServer,
+  type Fetch,
+} from './api-server.ts'
 import { rawError } from './responses.ts'
 
 type FetchCallback = Parameters<typeof getRequestListener>[0]
@@ -65,18 +76,25 @@ export function createNodeServer(fetch: Fetch): ApiServer {
   return api
 }
 
-const CLIENT_ERRORS: Record<string, number> = { HPE_HEADER_OVERFLOW: 431, ERR_HTTP_REQUEST_TIMEOUT: 408, HPE_CHUNK_EXTENSIONS_OVERFLOW: 413 }
+const CLIENT_ERRORS: Record<string, number> = {
+  HPE_HEADER_OVERFLOW: 431,
+  ERR_HTTP_REQUEST_TIMEOUT: 408,
+  HPE_CHUNK_EXTENSIONS_OVERFLOW: 413,
+}
 
 // RFC 9112 requires Host of HTTP/1.1 requests only; the adapter needs one of every request, to build its
 // URL. An HTTP/1.0 request without one is for this server, by whatever name. A Host that WHATWG URL
 // cannot read (127.0..1, 1270.0.1) is a 400: the adapter would fail building the URL of a POST, a 500.
 const PLAIN_HOST = /^(?:[a-z0-9-]+\.)*[a-z][a-z0-9-]*(?::\d{1,5})?$/
-const hostForHttp10 = (listener: RequestListener): RequestListener => (incoming, outgoing) => {
-  if (incoming.httpVersion === '1.0') incoming.headers.host ??= 'localhost'
-  const host = incoming.headers.host
-  if (host !== undefined && !PLAIN_HOST.test(host) && !URL.canParse(`http://${host}/`)) return refuseAndClose(outgoing, 400)
-  return listener(incoming, outgoing)
-}
+const hostForHttp10 =
+  (listener: RequestListener): RequestListener =>
+  (incoming, outgoing) => {
+    if (incoming.httpVersion === '1.0') incoming.headers.host ??= 'localhost'
+    const host = incoming.headers.host
+    if (host !== undefined && !PLAIN_HOST.test(host) && !URL.canParse(`http://${host}/`))
+      return refuseAndClose(outgoing, 400)
+    return listener(incoming, outgoing)
+  }
 
 // An answer that comes once the drain has begun closes its connection, though its request came before.
 function closingWhen(fetch: Fetch, draining: () => boolean): Fetch {
@@ -98,22 +116,27 @@ type Connection = Socket & { [OVER]?: NodeJS.Timeout; [UNWRITTEN]?: number; [ANS
 
 function overCapacity(socket: Connection) {
   socket[OVER] = setTimeout(() => {
-    if (!socket.destroyed && socket.bytesRead === 0) socket.end(rawError(503, REFUSALS[503], { 'retry-after': RETRY_AFTER_S }))
+    if (!socket.destroyed && socket.bytesRead === 0)
+      socket.end(rawError(503, REFUSALS[503], { 'retry-after': RETRY_AFTER_S }))
   }, OVER_CAPACITY_MS).unref()
 }
 
-const overCapacityAnswered = (listener: RequestListener): RequestListener => (incoming, outgoing) => {
-  const socket = incoming.socket as Connection
-  if (socket[OVER] === undefined) return listener(incoming, outgoing)
-  clearTimeout(socket[OVER])
-  outgoing.shouldKeepAlive = false
-  if (incoming.method === 'GET' && incoming.url?.split('?')[0] === HEALTH_PATH) return listener(incoming, outgoing)
-  refuseAndClose(outgoing, 503, { 'retry-after': RETRY_AFTER_S })
-}
+const overCapacityAnswered =
+  (listener: RequestListener): RequestListener =>
+  (incoming, outgoing) => {
+    const socket = incoming.socket as Connection
+    if (socket[OVER] === undefined) return listener(incoming, outgoing)
+    clearTimeout(socket[OVER])
+    outgoing.shouldKeepAlive = false
+    if (incoming.method === 'GET' && incoming.url?.split('?')[0] === HEALTH_PATH) return listener(incoming, outgoing)
+    refuseAndClose(outgoing, 503, { 'retry-after': RETRY_AFTER_S })
+  }
 
 function refuseAndClose(outgoing: ServerResponse, status: number, fields: Record<string, string> = {}) {
   const body = errorBody(REFUSALS[status])
-  outgoing.writeHead(status, { ...JSON_HEADERS, ...fields, 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
+  outgoing
+    .writeHead(status, { ...JSON_HEADERS, ...fields, 'content-length': Buffer.byteLength(body), connection: 'close' })
+    .end(body)
 }
 
 // Node parses every request in what it has read from a connection and answers each before it looks at
@@ -154,7 +177,8 @@ function written(this: ServerResponse) {
 
 // One that never asked is idle since it connected.
 function idleSince(socket: Connection): number | undefined {
-  if ((socket[UNWRITTEN] ?? 0) > 0 || socket.writableLength > 0 || socket.bytesRead !== (socket[READ] ?? 0)) return undefined
+  if ((socket[UNWRITTEN] ?? 0) > 0 || socket.writableLength > 0 || socket.bytesRead !== (socket[READ] ?? 0))
+    return undefined
   return socket[ANSWERED] ?? 0
 }
 
@@ -167,5 +191,6 @@ type OnIncoming = (request: IncomingMessage, keepAlive: boolean) => number
 function stopParsingWhenClosed(socket: Socket & { parser?: { onIncoming?: OnIncoming } }) {
   const parser = socket.parser
   const onIncoming = parser?.onIncoming
-  if (typeof onIncoming === 'function') parser!.onIncoming = (request, keepAlive) => (socket.destroyed ? -1 : onIncoming(request, keepAlive))
+  if (typeof onIncoming === 'function')
+    parser!.onIncoming = (request, keepAlive) => (socket.destroyed ? -1 : onIncoming(request, keepAlive))
 }

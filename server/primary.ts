@@ -22,7 +22,10 @@ const files = litestreamFiles(SQLITE_PATH)
 // `speaks`: this process says in the log how the replica is doing (one process of the service does).
 export async function plugInReplica(fetch: Fetch, speaks: boolean): Promise<Fetch> {
   if (!litestreamSocket) {
-    if (SYNC_WAIT && speaks) console.warn('LITESTREAM_SYNC=wait without Litestream (start with LITESTREAM_REPLICA_URL and npm start): writes are acknowledged on commit here')
+    if (SYNC_WAIT && speaks)
+      console.warn(
+        'LITESTREAM_SYNC=wait without Litestream (start with LITESTREAM_REPLICA_URL and npm start): writes are acknowledged on commit here',
+      )
     return fetch
   }
   logs = speaks
@@ -57,18 +60,30 @@ let worstBehindMs = 0 // since the replica was last ok, for the log
 // One request to Litestream's control socket, answered with JSON in time, or an error that says why.
 function askLitestream<T>(method: 'GET' | 'POST', path: string, timeoutMs: number, body?: object): Promise<T> {
   return new Promise((resolve, reject) => {
-    const ask = request({ socketPath: litestreamSocket, method, path, timeout: timeoutMs, headers: { 'content-type': 'application/json' } }, (res) => {
-      let text = ''
-      res.setEncoding('utf8').on('data', (chunk) => (text += chunk)).on('end', () => {
-        try {
-          const answer = JSON.parse(text)
-          if (res.statusCode === 200) resolve(answer)
-          else reject(new Error(answer.error ?? `status ${res.statusCode}`))
-        } catch {
-          reject(new Error(`status ${res.statusCode}, ${text.slice(0, 200)}`))
-        }
-      })
-    })
+    const ask = request(
+      {
+        socketPath: litestreamSocket,
+        method,
+        path,
+        timeout: timeoutMs,
+        headers: { 'content-type': 'application/json' },
+      },
+      (res) => {
+        let text = ''
+        res
+          .setEncoding('utf8')
+          .on('data', (chunk) => (text += chunk))
+          .on('end', () => {
+            try {
+              const answer = JSON.parse(text)
+              if (res.statusCode === 200) resolve(answer)
+              else reject(new Error(answer.error ?? `status ${res.statusCode}`))
+            } catch {
+              reject(new Error(`status ${res.statusCode}, ${text.slice(0, 200)}`))
+            }
+          })
+      },
+    )
     ask.on('timeout', () => ask.destroy(new Error(`no answer within ${timeoutMs / 1000} s`)))
     ask.on('error', reject)
     ask.end(body && JSON.stringify(body))
@@ -76,7 +91,8 @@ function askLitestream<T>(method: 'GET' | 'POST', path: string, timeoutMs: numbe
 }
 
 // Litestream sends what is new in the WAL and answers once the replica holds it (`wait`).
-const sendToReplica = (timeoutMs: number) => askLitestream('POST', '/sync', timeoutMs, { path: files.db, wait: true, timeout: Math.ceil(timeoutMs / 1000) })
+const sendToReplica = (timeoutMs: number) =>
+  askLitestream('POST', '/sync', timeoutMs, { path: files.db, wait: true, timeout: Math.ceil(timeoutMs / 1000) })
 
 // What /health adds under Litestream. A replica behind does not make /health a 503: the node serves
 // every request right, and a load balancer would pull the only primary.
@@ -115,7 +131,9 @@ async function watchReplica() {
   }
   const { state, behind_ms, error } = replicaState()
   if (logs && state !== 'ok' && worstBehindMs === 0) {
-    console.warn(`replica: ${state === 'unreachable' ? 'unreachable' : `${(behind_ms / 1000).toFixed(0)} s behind`}${error ? ` (${error})` : ''}; the writes since may be on this box only`)
+    console.warn(
+      `replica: ${state === 'unreachable' ? 'unreachable' : `${(behind_ms / 1000).toFixed(0)} s behind`}${error ? ` (${error})` : ''}; the writes since may be on this box only`,
+    )
   } else if (logs && state === 'ok' && worstBehindMs > 0) {
     console.log(`replica: caught up, after ${(worstBehindMs / 1000).toFixed(1)} s behind at most`)
   }
@@ -181,9 +199,15 @@ async function syncReplica() {
     syncFailing = false
     for (const { resolve } of round) resolve()
   } catch (error) {
-    if (!syncFailing && logs) console.warn(`replica: a write was not confirmed (Litestream: ${(error as Error).message}); writes answer 503 until the replica confirms them again`)
+    if (!syncFailing && logs)
+      console.warn(
+        `replica: a write was not confirmed (Litestream: ${(error as Error).message}); writes answer 503 until the replica confirms them again`,
+      )
     syncFailing = true
-    const refusal = new ApiError(503, 'the replica did not confirm the write; it is committed here, and reaches the replica once the replica is back')
+    const refusal = new ApiError(
+      503,
+      'the replica did not confirm the write; it is committed here, and reaches the replica once the replica is back',
+    )
     for (const { reject } of round) reject(refusal)
   }
   syncing = false

@@ -26,7 +26,9 @@ const statusLine = (status: number) => `HTTP/1.1 ${status} ${STATUS_CODES[status
 // fetch handler sees it (malformed HTTP, headers too large, a client too slow, a server full).
 export function rawError(status: number, message: string, fields: Record<string, string> = {}): string {
   const body = errorBody(message)
-  const lines = Object.entries({ ...JSON_HEADERS, ...fields }).map(([name, value]) => `${name}: ${value}\r\n`).join('')
+  const lines = Object.entries({ ...JSON_HEADERS, ...fields })
+    .map(([name, value]) => `${name}: ${value}\r\n`)
+    .join('')
   return `${statusLine(status)}${lines}Content-Length: ${Buffer.byteLength(body)}\r\n${dateField()}${CLOSE}\r\n${body}`
 }
 
@@ -34,7 +36,14 @@ export const CONTINUE = 'HTTP/1.1 100 Continue\r\n\r\n'
 
 // How an answer goes: the head (latin1 where a field value is past ASCII), and a body given whole
 // (written with it) or a stream of one.
-export type Answer = { head: string; latin1?: boolean; body: string | Uint8Array | null; stream?: ReadableStream<Uint8Array>; chunked: boolean; close: boolean }
+export type Answer = {
+  head: string
+  latin1?: boolean
+  body: string | Uint8Array | null
+  stream?: ReadableStream<Uint8Array>
+  chunked: boolean
+  close: boolean
+}
 type Request = { head: boolean; keepAlive: boolean; minor: 0 | 1 }
 
 // A field name is a token, and a value holds no CR, LF or NUL: what a handler puts in them goes on the
@@ -71,11 +80,19 @@ export function answerOf(response: globalThis.Response, request: Request): Answe
   if (given && typeof body === 'string' && !headers) fields += 'content-type: text/plain;charset=UTF-8\r\n'
   const bodiless = request.head || status === 204 || status === 304
   let length = ''
-  if (!bodiless && given) length = `Content-Length: ${body === null ? 0 : typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength}\r\n`
+  if (!bodiless && given)
+    length = `Content-Length: ${body === null ? 0 : typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength}\r\n`
   const stream = !bodiless && !given ? (response.body ?? undefined) : undefined
   if (stream && request.minor === 0) close = true // no chunked coding in HTTP/1.0: the close ends the body
   if (!bodiless && !given && !stream) length = 'Content-Length: 0\r\n'
   if (stream && request.minor === 1) length = 'Transfer-Encoding: chunked\r\n'
   const head = `${statusLine(status)}${fields}${dateField()}${close ? CLOSE : KEEP_ALIVE}${length}\r\n`
-  return { head, latin1, body: bodiless ? null : body, stream, chunked: stream !== undefined && request.minor === 1, close }
+  return {
+    head,
+    latin1,
+    body: bodiless ? null : body,
+    stream,
+    chunked: stream !== undefined && request.minor === 1,
+    close,
+  }
 }

@@ -21,7 +21,8 @@ export type Role = { nearlyFull?(): void; full?(): void; lastClosed?(): void }
 
 // Keeps the connections `server` takes in `connections` (the memory guard reads them too), and tells
 // `role` how full they make it while it accepts.
-export const countConnections = (server: Server, connections: Set<Socket>, role: Role = {}) => new Intake(server, connections, role)
+export const countConnections = (server: Server, connections: Set<Socket>, role: Role = {}) =>
+  new Intake(server, connections, role)
 
 // A process's connections, and whether it takes new ones on its server.
 export class Intake {
@@ -77,7 +78,9 @@ export class Intake {
     this.#saidNearlyFull = this.#saidFull = false
     NetServer.prototype.close.call(this.#server)
     this.#accepting = false
-    console.log(`process ${process.pid} is full (${this.#connections.size} connections, ${FILE_LIMIT} open files at most): the next takes new ones`)
+    console.log(
+      `process ${process.pid} is full (${this.#connections.size} connections, ${FILE_LIMIT} open files at most): the next takes new ones`,
+    )
   }
 
   #counted() {

@@ -43,7 +43,17 @@ export class RequestHeaders {
     return this.#headers
   }
 }
-for (const name of ['append', 'delete', 'set', 'forEach', 'entries', 'keys', 'values', 'getSetCookie', Symbol.iterator] as const) {
+for (const name of [
+  'append',
+  'delete',
+  'set',
+  'forEach',
+  'entries',
+  'keys',
+  'values',
+  'getSetCookie',
+  Symbol.iterator,
+] as const) {
   Object.defineProperty(RequestHeaders.prototype, name, {
     value(this: RequestHeaders, ...args: unknown[]) {
       return (this.web[name] as (...args: unknown[]) => unknown)(...args)
@@ -85,7 +95,10 @@ export class IncomingRequest {
   }
 
   arrayBuffer(): Promise<ArrayBuffer> {
-    return this.#read((bytes) => bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length) as ArrayBuffer, 'arrayBuffer')
+    return this.#read(
+      (bytes) => bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.length) as ArrayBuffer,
+      'arrayBuffer',
+    )
   }
 
   bytes(): Promise<Uint8Array> {
@@ -113,7 +126,12 @@ export class IncomingRequest {
   get web(): Request {
     if (!this.#request) {
       const body = this.#used ? new Uint8Array(0) : this.#body
-      this.#request = new WebRequest(this.url, { method: this.method, headers: this.headers.web, body: body as Uint8Array<ArrayBuffer> | null, signal: this.signal })
+      this.#request = new WebRequest(this.url, {
+        method: this.method,
+        headers: this.headers.web,
+        body: body as Uint8Array<ArrayBuffer> | null,
+        signal: this.signal,
+      })
       this.#body = null
     }
     return this.#request
@@ -126,7 +144,18 @@ export class IncomingRequest {
     return Promise.resolve(convert(this.#body ?? Buffer.alloc(0)))
   }
 }
-for (const name of ['cache', 'credentials', 'destination', 'duplex', 'integrity', 'keepalive', 'mode', 'redirect', 'referrer', 'referrerPolicy'] as const) {
+for (const name of [
+  'cache',
+  'credentials',
+  'destination',
+  'duplex',
+  'integrity',
+  'keepalive',
+  'mode',
+  'redirect',
+  'referrer',
+  'referrerPolicy',
+] as const) {
   Object.defineProperty(IncomingRequest.prototype, name, {
     get(this: IncomingRequest) {
       return (this.web as unknown as Record<string, unknown>)[name]
@@ -161,12 +190,16 @@ export class Response {
 
   constructor(body?: BodyInit | null, init?: Init) {
     // A response made from another (Hono's HEAD, say) takes its status and headers.
-    const from: ResponseInit | undefined = init instanceof Response ? { status: init.status, statusText: init.statusText, headers: init.headers } : (init as ResponseInit | undefined)
+    const from: ResponseInit | undefined =
+      init instanceof Response
+        ? { status: init.status, statusText: init.statusText, headers: init.headers }
+        : (init as ResponseInit | undefined)
     this.#body = body
     this.#init = from
     if (body == null || typeof body === 'string' || body instanceof Uint8Array) {
       const status = from?.status ?? 200
-      if (!(status >= 200 && status <= 599)) throw new RangeError(`a Response's status must be from 200 to 599, not ${status}`)
+      if (!(status >= 200 && status <= 599))
+        throw new RangeError(`a Response's status must be from 200 to 599, not ${status}`)
       this[GIVEN] = { status, body: body ?? null, headers: from?.headers }
     }
   }
@@ -190,7 +223,8 @@ export class Response {
     if (!given) return this.web.headers
     if (!(given.headers instanceof WebHeaders)) {
       const headers = new WebHeaders(given.headers)
-      if (typeof given.body === 'string' && !headers.has('content-type')) headers.set('content-type', 'text/plain;charset=UTF-8')
+      if (typeof given.body === 'string' && !headers.has('content-type'))
+        headers.set('content-type', 'text/plain;charset=UTF-8')
       given.headers = headers
     }
     return given.headers as Headers
@@ -200,7 +234,9 @@ export class Response {
   get web(): globalThis.Response {
     if (!this.#response) {
       const given = this[GIVEN]
-      const init = given ? { status: given.status, statusText: this.#init?.statusText, headers: given.headers } : this.#init
+      const init = given
+        ? { status: given.status, statusText: this.#init?.statusText, headers: given.headers }
+        : this.#init
       this.#response = new WebResponse(this.#body as BodyInit, init)
       delete this[GIVEN]
     }
@@ -221,10 +257,12 @@ for (const name of ['arrayBuffer', 'blob', 'bytes', 'clone', 'formData', 'json',
     },
   })
 }
-for (const name of ['json', 'error', 'redirect'] as const) Object.defineProperty(Response, name, { value: WebResponse[name].bind(WebResponse) })
+for (const name of ['json', 'error', 'redirect'] as const)
+  Object.defineProperty(Response, name, { value: WebResponse[name].bind(WebResponse) })
 Object.setPrototypeOf(Response.prototype, WebResponse.prototype)
 
 // From now on `new Response(...)` anywhere in the process, Hono's and the API's, makes one of these.
 export function useGivenResponses() {
-  if (globalThis.Response !== (Response as unknown)) Object.defineProperty(globalThis, 'Response', { value: Response, writable: true, configurable: true })
+  if (globalThis.Response !== (Response as unknown))
+    Object.defineProperty(globalThis, 'Response', { value: Response, writable: true, configurable: true })
 }

@@ -7,7 +7,18 @@ import { createServer, type Socket } from 'node:net'
 import { CHUNKED, ChunkedBody, readHead, type Head, type Progress, type Refusal } from './http1.ts'
 import { answerOf, CONTINUE, rawError } from './responses.ts'
 import { IncomingRequest, useGivenResponses } from './web.ts'
-import { DRAIN_MS, HEADERS_TIMEOUT_MS, HEALTH_PATH, KEEP_ALIVE_MS, MAX_UNWRITTEN, REFUSALS, REQUEST_TIMEOUT_MS, RETRY_AFTER_S, type ApiServer, type Fetch } from './api-server.ts'
+import {
+  DRAIN_MS,
+  HEADERS_TIMEOUT_MS,
+  HEALTH_PATH,
+  KEEP_ALIVE_MS,
+  MAX_UNWRITTEN,
+  REFUSALS,
+  REQUEST_TIMEOUT_MS,
+  RETRY_AFTER_S,
+  type ApiServer,
+  type Fetch,
+} from './api-server.ts'
 
 // After its last answer a connection is closed gently: the answer, a FIN, and what the client still
 // sends read and dropped until it closes too, or this long (RFC 9112, 9.6). Closed at once, with
@@ -98,7 +109,7 @@ class Connection implements Progress {
       this.end = chunk.length
     } else this.append(chunk)
     if (this.state === ANSWERING) {
-      if (this.end - this.start > MAX_READ_AHEAD) (this.paused = true), this.socket.pause()
+      if (this.end - this.start > MAX_READ_AHEAD) ((this.paused = true), this.socket.pause())
       return
     }
     this.advance()
@@ -151,9 +162,11 @@ class Connection implements Progress {
       if ('status' in read) return void this.refuse(read)
       head = this.head = read
       if (Math.max(answered, this.unwrittenAnswers()) >= MAX_UNWRITTEN) return void this.socket.destroy()
-      if (this.overCapacity && !(head.method === 'GET' && pathOf(head.url) === HEALTH_PATH)) return void this.refuseStatus(503)
+      if (this.overCapacity && !(head.method === 'GET' && pathOf(head.url) === HEALTH_PATH))
+        return void this.refuseStatus(503)
       if (head.bodyLength > this.served.maxBodyBytes) return void this.refuseStatus(413)
-      if (head.bodyLength === CHUNKED) (this.chunked = new ChunkedBody(this.served.maxBodyBytes)), (this.bodyAt = head.end)
+      if (head.bodyLength === CHUNKED)
+        ((this.chunked = new ChunkedBody(this.served.maxBodyBytes)), (this.bodyAt = head.end))
       if (head.expectContinue) this.write(CONTINUE, false)
     }
     return this.body(head, bytes)
@@ -214,7 +227,11 @@ class Connection implements Progress {
     this.head = this.request = undefined
     if (this.socket.destroyed) return false
     // After the client's FIN, the last request it sent whole is answered with a close.
-    const keepAlive = request.keepAlive && !this.overCapacity && !(this.clientEnded && this.bytes === undefined) && !this.served.draining
+    const keepAlive =
+      request.keepAlive &&
+      !this.overCapacity &&
+      !(this.clientEnded && this.bytes === undefined) &&
+      !this.served.draining
     let answer
     try {
       answer = answerOf(response, { head: request.method === 'HEAD', keepAlive, minor: request.minor })
@@ -225,30 +242,43 @@ class Connection implements Progress {
     this.answered = ++answers
     const head = answer.latin1 ? Buffer.from(answer.head, 'latin1') : answer.head
     const body = answer.body
-    if (answer.stream) return void this.stream(head, answer.stream, answer), false
+    if (answer.stream) return (void this.stream(head, answer.stream, answer), false)
     if (body === null) this.write(head)
     else if (typeof head === 'string' && typeof body === 'string') this.write(head + body)
-    else this.write(Buffer.concat([typeof head === 'string' ? Buffer.from(head, 'latin1') : head, typeof body === 'string' ? Buffer.from(body) : body]))
+    else
+      this.write(
+        Buffer.concat([
+          typeof head === 'string' ? Buffer.from(head, 'latin1') : head,
+          typeof body === 'string' ? Buffer.from(body) : body,
+        ]),
+      )
     return this.afterAnswer(answer.close)
   }
 
   afterAnswer(close: boolean): boolean {
-    if (close) return this.close(), false
+    if (close) return (this.close(), false)
     this.state = WAITING
     this.since = Date.now()
-    if (this.paused) (this.paused = false), this.socket.resume()
-    if (this.clientEnded && this.bytes === undefined) return this.close(), false
+    if (this.paused) ((this.paused = false), this.socket.resume())
+    if (this.clientEnded && this.bytes === undefined) return (this.close(), false)
     return true
   }
 
   // A body of a stream: chunked in HTTP/1.1, or ended by the close in HTTP/1.0.
-  async stream(head: string | Buffer, body: ReadableStream<Uint8Array>, { chunked, close }: { chunked: boolean; close: boolean }) {
+  async stream(
+    head: string | Buffer,
+    body: ReadableStream<Uint8Array>,
+    { chunked, close }: { chunked: boolean; close: boolean },
+  ) {
     this.write(head)
     try {
       for await (const chunk of body) {
         if (this.socket.destroyed) return
         if (chunk.byteLength === 0) continue
-        this.write(chunked ? Buffer.concat([Buffer.from(`${chunk.byteLength.toString(16)}\r\n`), chunk, CRLF]) : chunk, false)
+        this.write(
+          chunked ? Buffer.concat([Buffer.from(`${chunk.byteLength.toString(16)}\r\n`), chunk, CRLF]) : chunk,
+          false,
+        )
         if (this.socket.writableNeedDrain) await drained(this.socket)
       }
       if (chunked) this.write('0\r\n\r\n', false)
@@ -316,7 +346,9 @@ class Connection implements Progress {
   }
 
   idleSince(): number | undefined {
-    return this.state === WAITING && this.bytes === undefined && this.socket.writableLength === 0 ? this.answered : undefined
+    return this.state === WAITING && this.bytes === undefined && this.socket.writableLength === 0
+      ? this.answered
+      : undefined
   }
 
   // Once a second: closes what has waited too long. A request too slow is a 408; a connection over
@@ -332,7 +364,8 @@ class Connection implements Progress {
         if (this.answered === 0) this.refuseStatus(408)
         else this.socket.destroy()
       }
-    } else if (this.state === READING && waited >= (this.head ? REQUEST_TIMEOUT_MS : HEADERS_TIMEOUT_MS)) this.refuseStatus(408)
+    } else if (this.state === READING && waited >= (this.head ? REQUEST_TIMEOUT_MS : HEADERS_TIMEOUT_MS))
+      this.refuseStatus(408)
   }
 
   // The client sent its FIN: what it sent whole is answered, then the connection closes (once its FIN

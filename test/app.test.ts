@@ -39,7 +39,12 @@ const POSTS: Post[] = Array.from({ length: 25 }, (_, i) => ({
   body: i === 24 ? 'tab\there, "quotes", newline\nand emoji 😀' : `post number ${i + 1}`,
   created_at: new Date(Date.UTC(2025, 0, 1, 0, 0, Math.min(i, 23))).toISOString(),
 }))
-const LIKES = [[1, 25], [2, 25], [3, 25], [2, 1]] // [user_id, post_id]
+const LIKES = [
+  [1, 25],
+  [2, 25],
+  [3, 25],
+  [2, 1],
+] // [user_id, post_id]
 
 before(() => {
   const user = db.prepare('INSERT INTO users (id, username) VALUES (?, ?)')
@@ -60,7 +65,10 @@ const likeCount = (postId: number) => LIKES.filter(([, p]) => p === postId).leng
 const tokenFor = (id: number, extra: Record<string, unknown> = {}) =>
   makeToken({ ...claims(String(id), USERS[id - 1]?.username ?? `ghost_${id}`), ...extra }, { secret: SECRET })
 
-async function post(path: string, { token, body, headers = {} }: { token?: string; body?: BodyInit; headers?: Record<string, string> } = {}) {
+async function post(
+  path: string,
+  { token, body, headers = {} }: { token?: string; body?: BodyInit; headers?: Record<string, string> } = {},
+) {
   const auth: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {}
   return app.request(path, { method: 'POST', headers: { ...auth, ...headers }, body })
 }
@@ -84,29 +92,48 @@ describe('GET /feed', () => {
     const res = await app.request('/feed')
     assert.equal(res.status, 200)
     assert.equal(res.headers.get('content-type'), 'application/json')
-    const newest = [...POSTS]
-      .sort((a, b) => b.created_at.localeCompare(a.created_at) || b.id - a.id)
-      .slice(0, 20)
-    assert.deepEqual(newest.slice(0, 2).map((p) => p.id), [25, 24], 'same instant: higher id first')
+    const newest = [...POSTS].sort((a, b) => b.created_at.localeCompare(a.created_at) || b.id - a.id).slice(0, 20)
+    assert.deepEqual(
+      newest.slice(0, 2).map((p) => p.id),
+      [25, 24],
+      'same instant: higher id first',
+    )
     assert.equal(await res.text(), JSON.stringify({ posts: newest.map((p) => postJson(p, likeCount(p.id))) }))
   })
 
   // app.ts reads the feed by rowid range when the 20 newest ids are contiguous, and through the index
   // otherwise: either way, the bytes of the contract's one statement.
   describe('the same bytes as the reference statement, whichever way it reads', () => {
-    const reference = () => (db.prepare(`
+    const reference = () =>
+      (
+        db
+          .prepare(
+            `
       SELECT json_object('posts', json_group_array(json_object(
                'id', p.id, 'body', p.body, 'created_at', p.created_at, 'author', u.username,
                'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
              ) ORDER BY p.created_at DESC, p.id DESC)) AS json
       FROM (SELECT id, user_id, body, created_at FROM posts ORDER BY created_at DESC, id DESC LIMIT 20) AS p
-      JOIN users AS u ON u.id = p.user_id`).get() as { json: string }).json
-    const newestIds = () => (db.prepare('SELECT id FROM posts ORDER BY created_at DESC, id DESC LIMIT 20').all() as { id: number }[]).map((r) => r.id)
+      JOIN users AS u ON u.id = p.user_id`,
+          )
+          .get() as { json: string }
+      ).json
+    const newestIds = () =>
+      (db.prepare('SELECT id FROM posts ORDER BY created_at DESC, id DESC LIMIT 20').all() as { id: number }[]).map(
+        (r) => r.id,
+      )
     const contiguous = (ids: number[]) => Math.max(...ids) - Math.min(...ids) + 1 === ids.length
     const added: number[] = []
     const add = (id: number | null, userId: number, createdAt: string) =>
-      added.push(Number(db.prepare('INSERT INTO posts (id, user_id, body, created_at) VALUES (?, ?, ?, ?) RETURNING id').get(id, userId, `added ${added.length}`, createdAt)!.id))
-    const feedMatches = async (what: string) => assert.equal(await (await app.request('/feed')).text(), reference(), what)
+      added.push(
+        Number(
+          db
+            .prepare('INSERT INTO posts (id, user_id, body, created_at) VALUES (?, ?, ?, ?) RETURNING id')
+            .get(id, userId, `added ${added.length}`, createdAt)!.id,
+        ),
+      )
+    const feedMatches = async (what: string) =>
+      assert.equal(await (await app.request('/feed')).text(), reference(), what)
     after(() => db.prepare(`DELETE FROM posts WHERE id IN (${added.join(',') || 0})`).run())
 
     test('new posts at the end: contiguous ids, read by range', async () => {
@@ -131,10 +158,20 @@ describe('GET /feed', () => {
       // New posts mostly, as a server makes them; some with an id in a gap or far past, new or as old as
       // the fixture's; ties on time; a few deleted.
       for (let i = 0; i < 500; i++) {
-        const id = random() < 0.92 ? null : random() < 0.6 ? 30 + Math.floor(random() * 200) : 100_000 + Math.floor(random() * 1000)
-        const time = id === null || random() < 0.5 ? Date.UTC(2025, 0, 5) + i * 1000 - Math.floor(random() * 3) * 1000 : Date.UTC(2025, 0, 1, 0, 0, Math.floor(random() * 30))
-        if (id === null || !db.prepare('SELECT 1 FROM posts WHERE id = ?').get(id)) add(id, 1 + Math.floor(random() * 3), new Date(time).toISOString())
-        if (random() < 0.03 && added.length) db.prepare('DELETE FROM posts WHERE id = ?').run(added.splice(Math.floor(random() * added.length), 1)[0])
+        const id =
+          random() < 0.92
+            ? null
+            : random() < 0.6
+              ? 30 + Math.floor(random() * 200)
+              : 100_000 + Math.floor(random() * 1000)
+        const time =
+          id === null || random() < 0.5
+            ? Date.UTC(2025, 0, 5) + i * 1000 - Math.floor(random() * 3) * 1000
+            : Date.UTC(2025, 0, 1, 0, 0, Math.floor(random() * 30))
+        if (id === null || !db.prepare('SELECT 1 FROM posts WHERE id = ?').get(id))
+          add(id, 1 + Math.floor(random() * 3), new Date(time).toISOString())
+        if (random() < 0.03 && added.length)
+          db.prepare('DELETE FROM posts WHERE id = ?').run(added.splice(Math.floor(random() * added.length), 1)[0])
         if (contiguous(newestIds())) ranges++
         await feedMatches(`state ${i}`)
       }
@@ -162,7 +199,21 @@ describe('GET /posts/:id', () => {
   })
 
   test('is 400 for anything but a positive decimal integer', async () => {
-    for (const id of ['0', '-1', 'abc', '1.5', '01', '+1', '1e3', '0x10', '%201', '1%00', '%E2%82%81', 'Infinity', ' 1']) {
+    for (const id of [
+      '0',
+      '-1',
+      'abc',
+      '1.5',
+      '01',
+      '+1',
+      '1e3',
+      '0x10',
+      '%201',
+      '1%00',
+      '%E2%82%81',
+      'Infinity',
+      ' 1',
+    ]) {
       await expectError(await app.request(`/posts/${id}`), 400, 'invalid post id')
     }
   })
@@ -198,7 +249,11 @@ describe('POST /posts', () => {
         'payload null': `${header}.${Buffer.from('null').toString('base64url')}.${good.split('.')[2]}`,
       }
       for (const [name, token] of Object.entries(bad)) {
-        const res = await app.request('/posts', { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: '{"body":"x"}' })
+        const res = await app.request('/posts', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${token}` },
+          body: '{"body":"x"}',
+        })
         await expectError(res, 401, 'invalid or expired token').catch((err) => assert.fail(`${name}: ${err.message}`))
       }
     })
@@ -224,7 +279,11 @@ describe('POST /posts', () => {
 
     test('is 401 invalid token payload for a signed user id with no user row, and writes nothing', async () => {
       const before = db.prepare('SELECT count(*) AS n FROM posts').get()
-      await expectError(await post('/posts', { token: await tokenFor(77), ...json({ body: 'x' }) }), 401, 'invalid token payload')
+      await expectError(
+        await post('/posts', { token: await tokenFor(77), ...json({ body: 'x' }) }),
+        401,
+        'invalid token payload',
+      )
       assert.deepEqual(db.prepare('SELECT count(*) AS n FROM posts').get(), before)
     })
 
@@ -249,36 +308,97 @@ describe('POST /posts', () => {
         }
         if (typeof claims.exp !== 'number') return 'invalid or expired token'
         const { sub, username } = claims
-        if (typeof sub !== 'string' || !/^[1-9][0-9]*$/.test(sub) || !Number.isSafeInteger(Number(sub)) || typeof username !== 'string') return 'invalid token payload'
+        if (
+          typeof sub !== 'string' ||
+          !/^[1-9][0-9]*$/.test(sub) ||
+          !Number.isSafeInteger(Number(sub)) ||
+          typeof username !== 'string'
+        )
+          return 'invalid token payload'
         return JSON.stringify({ id: Number(sub), username })
       }
       const b64 = (text: string) => Buffer.from(text).toString('base64url')
       const signed = (header: string, payload: string, secret = SECRET) =>
         `${header}.${payload}.${createHmac('sha256', secret).update(`${header}.${payload}`).digest('base64url')}`
       const t = now()
-      const headers = ['{"alg":"HS256","typ":"JWT"}', '{"alg":"HS256"}', '{"typ":"JWT","alg":"HS256"}', '{"alg":"HS256","typ":"jwt"}', '{"alg":"HS256","typ":"application/JWT"}',
-        '{"alg":"HS256","typ":"JOSE"}', '{"alg":"HS256","typ":5}', '{"alg":"HS256","crit":["x"]}', '{"alg":"HS384"}', '{"alg":"none"}', '{"alg":"hs256"}', '{}', '[]', 'null', '1', '"HS256"', 'not json']
+      const headers = [
+        '{"alg":"HS256","typ":"JWT"}',
+        '{"alg":"HS256"}',
+        '{"typ":"JWT","alg":"HS256"}',
+        '{"alg":"HS256","typ":"jwt"}',
+        '{"alg":"HS256","typ":"application/JWT"}',
+        '{"alg":"HS256","typ":"JOSE"}',
+        '{"alg":"HS256","typ":5}',
+        '{"alg":"HS256","crit":["x"]}',
+        '{"alg":"HS384"}',
+        '{"alg":"none"}',
+        '{"alg":"hs256"}',
+        '{}',
+        '[]',
+        'null',
+        '1',
+        '"HS256"',
+        'not json',
+      ]
       const payloads = [
-        { sub: '1', username: 'alice', iat: t, exp: t + 60 }, { sub: '2', username: 'bob', exp: t + 3600 }, { sub: '3', username: 'c', exp: t }, { sub: '1', username: 'a', exp: t - 1 },
-        { sub: '1', username: 'a' }, { sub: '1', username: 'a', exp: `${t + 60}` }, { sub: '1', username: 'a', exp: t + 60.5 }, { sub: '1', username: 'a', exp: 1e308 },
-        { sub: '1', username: 'a', exp: t + 60, nbf: t + 30 }, { sub: '1', username: 'a', exp: t + 60, nbf: t }, { sub: '1', username: 'a', exp: t + 60, nbf: 'soon' },
-        { sub: '1', username: 'a', exp: t + 60, iat: t + 30 }, { sub: '1', username: 'a', exp: t + 60, iat: null }, { sub: 1, username: 'a', exp: t + 60 },
-        { sub: '01', username: 'a', exp: t + 60 }, { sub: '9007199254740993', username: 'a', exp: t + 60 }, { sub: '7', exp: t + 60 }, { sub: '7', username: ['x'], exp: t + 60 },
-        null, [], 42, 'text',
+        { sub: '1', username: 'alice', iat: t, exp: t + 60 },
+        { sub: '2', username: 'bob', exp: t + 3600 },
+        { sub: '3', username: 'c', exp: t },
+        { sub: '1', username: 'a', exp: t - 1 },
+        { sub: '1', username: 'a' },
+        { sub: '1', username: 'a', exp: `${t + 60}` },
+        { sub: '1', username: 'a', exp: t + 60.5 },
+        { sub: '1', username: 'a', exp: 1e308 },
+        { sub: '1', username: 'a', exp: t + 60, nbf: t + 30 },
+        { sub: '1', username: 'a', exp: t + 60, nbf: t },
+        { sub: '1', username: 'a', exp: t + 60, nbf: 'soon' },
+        { sub: '1', username: 'a', exp: t + 60, iat: t + 30 },
+        { sub: '1', username: 'a', exp: t + 60, iat: null },
+        { sub: 1, username: 'a', exp: t + 60 },
+        { sub: '01', username: 'a', exp: t + 60 },
+        { sub: '9007199254740993', username: 'a', exp: t + 60 },
+        { sub: '7', exp: t + 60 },
+        { sub: '7', username: ['x'], exp: t + 60 },
+        null,
+        [],
+        42,
+        'text',
       ].map((p) => JSON.stringify(p))
       const tokens: string[] = []
       for (const header of headers) {
         for (const payload of payloads) {
           const good = signed(b64(header), b64(payload))
           const [h, p, sig] = good.split('.')
-          tokens.push(good, `${good}=`, `${good}==`, signed(b64(header), b64(payload), 'another secret'), `${h}.${p}.${sig.slice(0, -1)}`, `${h}.${p}.${sig}A`,
-            `${h}.${b64(payload.replace('a', 'b'))}.${sig}`, `${h}.${p}`, `${good}.x`, `${h}..${sig}`, `.${p}.${sig}`, `${h}.${p}.${sig.replace(/[A-Za-z]/, '*')}`)
+          tokens.push(
+            good,
+            `${good}=`,
+            `${good}==`,
+            signed(b64(header), b64(payload), 'another secret'),
+            `${h}.${p}.${sig.slice(0, -1)}`,
+            `${h}.${p}.${sig}A`,
+            `${h}.${b64(payload.replace('a', 'b'))}.${sig}`,
+            `${h}.${p}`,
+            `${good}.x`,
+            `${h}..${sig}`,
+            `.${p}.${sig}`,
+            `${h}.${p}.${sig.replace(/[A-Za-z]/, '*')}`,
+          )
         }
       }
-      tokens.push('', '.', '..', 'a.b.c', signed(b64('{"alg":"HS256"}'), Buffer.from([0xff, 0xfe, 0x7b]).toString('base64url')))
+      tokens.push(
+        '',
+        '.',
+        '..',
+        'a.b.c',
+        signed(b64('{"alg":"HS256"}'), Buffer.from([0xff, 0xfe, 0x7b]).toString('base64url')),
+      )
       assert.ok(tokens.length > 1000, `${tokens.length} tokens`)
       for (const token of tokens) {
-        assert.equal(judge(() => authenticate(`Bearer ${token}`)), await reference(token), `token ${token}`)
+        assert.equal(
+          judge(() => authenticate(`Bearer ${token}`)),
+          await reference(token),
+          `token ${token}`,
+        )
       }
     })
 
@@ -300,22 +420,48 @@ describe('POST /posts', () => {
   describe('request body', () => {
     test('is 400 malformed JSON body for invalid JSON or invalid UTF-8', async () => {
       const token = await tokenFor(1)
-      for (const body of ['', '{', '{"body":"x"', "{'body':'x'}", 'body=x', new Uint8Array([0x7b, 0x22, 0x62, 0x6f, 0x64, 0x79, 0x22, 0x3a, 0x22, 0xff, 0x22, 0x7d])]) {
+      for (const body of [
+        '',
+        '{',
+        '{"body":"x"',
+        "{'body':'x'}",
+        'body=x',
+        new Uint8Array([0x7b, 0x22, 0x62, 0x6f, 0x64, 0x79, 0x22, 0x3a, 0x22, 0xff, 0x22, 0x7d]),
+      ]) {
         await expectError(await post('/posts', { token, body }), 400, 'malformed JSON body')
       }
     })
 
     test('is 400 body is required when body is missing, not a string, or blank', async () => {
       const token = await tokenFor(1)
-      for (const value of [{}, { body: null }, { body: 5 }, { body: ['x'] }, { body: '' }, { body: ' \n\t\u00a0\u3000 ' }, null, [], 'body', 1]) {
+      for (const value of [
+        {},
+        { body: null },
+        { body: 5 },
+        { body: ['x'] },
+        { body: '' },
+        { body: ' \n\t\u00a0\u3000 ' },
+        null,
+        [],
+        'body',
+        1,
+      ]) {
         await expectError(await post('/posts', { token, ...json(value) }), 400, 'body is required')
       }
     })
 
     test('is 400 when longer than 500 code points after trimming', async () => {
       const token = await tokenFor(1)
-      await expectError(await post('/posts', { token, ...json({ body: 'x'.repeat(501) }) }), 400, 'body must be at most 500 characters')
-      await expectError(await post('/posts', { token, ...json({ body: '😀'.repeat(501) }) }), 400, 'body must be at most 500 characters')
+      await expectError(
+        await post('/posts', { token, ...json({ body: 'x'.repeat(501) }) }),
+        400,
+        'body must be at most 500 characters',
+      )
+      await expectError(
+        await post('/posts', { token, ...json({ body: '😀'.repeat(501) }) }),
+        400,
+        'body must be at most 500 characters',
+      )
     })
 
     test('is 413 with Connection: close for a body over 16 KB, declared or streamed', async () => {
@@ -327,7 +473,12 @@ describe('POST /posts', () => {
 
       const chunks = [new TextEncoder().encode(big.slice(0, 10_000)), new TextEncoder().encode(big.slice(10_000))]
       const stream = new ReadableStream({ pull: (c) => (chunks.length ? c.enqueue(chunks.shift()) : c.close()) })
-      const streamed = await app.request('/posts', { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: stream, duplex: 'half' } as RequestInit)
+      const streamed = await app.request('/posts', {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}` },
+        body: stream,
+        duplex: 'half',
+      } as RequestInit)
       await expectError(streamed, 413, 'request body must be at most 16 KB')
     })
   })
@@ -349,7 +500,10 @@ describe('POST /posts', () => {
     })
 
     test('takes the author from the token, never from the users table', async () => {
-      const res = await post('/posts', { token: await makeToken(claims('1', 'not alice'), { secret: SECRET }), ...json({ body: 'x' }) })
+      const res = await post('/posts', {
+        token: await makeToken(claims('1', 'not alice'), { secret: SECRET }),
+        ...json({ body: 'x' }),
+      })
       assert.equal((await res.json()).post.author, 'not alice')
     })
 
@@ -368,7 +522,11 @@ describe('POST /posts', () => {
     })
 
     test('ignores fields other than body and any content type', async () => {
-      const res = await post('/posts', { token: await tokenFor(1), body: '{"body":"plain","author":"mallory","like_count":99}', headers: { 'content-type': 'text/plain' } })
+      const res = await post('/posts', {
+        token: await tokenFor(1),
+        body: '{"body":"plain","author":"mallory","like_count":99}',
+        headers: { 'content-type': 'text/plain' },
+      })
       const { post: created } = await res.json()
       assert.equal(res.status, 201)
       assert.equal(created.author, 'alice')
@@ -414,7 +572,13 @@ describe('unknown paths and methods', () => {
   })
 
   test('is 405 with Allow for a known path and another method', async () => {
-    const cases = [['DELETE', '/feed', 'GET'], ['POST', '/health', 'GET'], ['PUT', '/posts/1', 'GET'], ['GET', '/posts/1/like', 'POST'], ['GET', '/posts', 'POST']]
+    const cases = [
+      ['DELETE', '/feed', 'GET'],
+      ['POST', '/health', 'GET'],
+      ['PUT', '/posts/1', 'GET'],
+      ['GET', '/posts/1/like', 'POST'],
+      ['GET', '/posts', 'POST'],
+    ]
     for (const [method, path, allow] of cases) {
       const res = await app.request(path, { method })
       await expectError(res, 405, 'method not allowed')
@@ -425,7 +589,12 @@ describe('unknown paths and methods', () => {
 
 describe('every response', () => {
   test('is JSON that is not sniffed and not cached, success or error', async () => {
-    for (const res of [await app.request('/feed'), await app.request('/posts/1'), await app.request('/posts/abc'), await app.request('/nope')]) {
+    for (const res of [
+      await app.request('/feed'),
+      await app.request('/posts/1'),
+      await app.request('/posts/abc'),
+      await app.request('/nope'),
+    ]) {
       assert.equal(res.headers.get('content-type'), 'application/json')
       assert.equal(res.headers.get('x-content-type-options'), 'nosniff')
       assert.equal(res.headers.get('cache-control'), 'no-store')
@@ -464,8 +633,14 @@ describe('a COMMIT that fails', () => {
   test('after its statements succeeded: no write of the batch is acknowledged and none is kept', async () => {
     const token = await tokenFor(1)
     const likedPosts = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
-    const likesKept = () => (db.prepare(`SELECT count(*) AS n FROM likes WHERE user_id = 1 AND post_id IN (${likedPosts.join()})`).get() as { n: number }).n
-    const postsKept = () => (db.prepare("SELECT count(*) AS n FROM posts WHERE body LIKE 'lost at commit %'").get() as { n: number }).n
+    const likesKept = () =>
+      (
+        db.prepare(`SELECT count(*) AS n FROM likes WHERE user_id = 1 AND post_id IN (${likedPosts.join()})`).get() as {
+          n: number
+        }
+      ).n
+    const postsKept = () =>
+      (db.prepare("SELECT count(*) AS n FROM posts WHERE body LIKE 'lost at commit %'").get() as { n: number }).n
     assert.equal(likesKept(), 0)
     db.exec(`
       CREATE TABLE unknown_users (user_id INTEGER REFERENCES users (id) DEFERRABLE INITIALLY DEFERRED);
@@ -475,10 +650,12 @@ describe('a COMMIT that fails', () => {
     let answers: Response[]
     try {
       // Sent together, so that they share transactions (group commit).
-      answers = await Promise.all(likedPosts.flatMap((postId, i) => [
-        post(`/posts/${postId}/like`, { token }),
-        post('/posts', { token, body: JSON.stringify({ body: `lost at commit ${i}` }) }),
-      ]))
+      answers = await Promise.all(
+        likedPosts.flatMap((postId, i) => [
+          post(`/posts/${postId}/like`, { token }),
+          post('/posts', { token, body: JSON.stringify({ body: `lost at commit ${i}` }) }),
+        ]),
+      )
     } finally {
       db.exec('DROP TRIGGER post_fails_at_commit; DROP TRIGGER like_fails_at_commit; DROP TABLE unknown_users')
     }

@@ -4,7 +4,17 @@
 import assert from 'node:assert/strict'
 import { execFileSync, spawnSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { chmodSync, chownSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import {
+  chmodSync,
+  chownSync,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs'
 import { tmpdir } from 'node:os'
 import { delimiter, join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
@@ -37,7 +47,9 @@ describe('install.sh', () => {
   function preplace(downloads: string) {
     mkdirSync(downloads, { recursive: true })
     cpSync(join(release, `${name}.tar.xz`), join(downloads, `${name}.tar.xz`))
-    const sha = createHash('sha256').update(readFileSync(join(downloads, `${name}.tar.xz`))).digest('hex')
+    const sha = createHash('sha256')
+      .update(readFileSync(join(downloads, `${name}.tar.xz`)))
+      .digest('hex')
     writeFileSync(join(downloads, 'SHASUMS256.txt'), `${'0'.repeat(64)}  ${name}.tar.gz\n${sha}  ${name}.tar.xz\n`)
   }
 
@@ -48,7 +60,9 @@ describe('install.sh', () => {
     })
 
   test('installs the pinned release from a verified tarball and links node', (t) => {
-    t.diagnostic('the download from nodejs.org is not exercised: these machines cannot reach it; the tarball is pre-placed')
+    t.diagnostic(
+      'the download from nodejs.org is not exercised: these machines cannot reach it; the tarball is pre-placed',
+    )
     const prefix = join(work, 'good')
     preplace(join(prefix, 'downloads'))
     const run = install(prefix, join(prefix, 'downloads'))
@@ -114,7 +128,18 @@ describe('build.sh and start.sh, as the challenge runs them', () => {
   })
 
   test('packs a self-contained folder: the scripts, the README and the sources they build', () => {
-    for (const file of ['install.sh', 'build.sh', 'start.sh', 'README.md', 'package.json', 'package-lock.json', 'build.mjs', 'app.ts', 'server/main.ts', 'schema.sql']) {
+    for (const file of [
+      'install.sh',
+      'build.sh',
+      'start.sh',
+      'README.md',
+      'package.json',
+      'package-lock.json',
+      'build.mjs',
+      'app.ts',
+      'server/main.ts',
+      'schema.sql',
+    ]) {
       assert.ok(existsSync(join(submission, file)), file)
     }
     assert.ok(existsSync(join(submission, 'dist', 'app.js')), 'build.sh wrote the bundle')

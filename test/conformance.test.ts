@@ -29,10 +29,14 @@ import { corpusRoot, logVerdict, readCases, requestFiles, type CorpusCase } from
 // Refusals of what llhttp (as Node runs it) takes that are ours on purpose, each backed by an RFC.
 const DELIBERATE: Record<string, string> = {
   'an HTTP/1.1 request without Host': 'RFC 9112, 3.2: a server MUST answer 400 to an HTTP/1.1 request that lacks Host.',
-  'a request line that is not method SP target SP HTTP/1.x': 'RFC 9112, 3 and 2.3: the line ends in HTTP-version, named "HTTP"; RTSP/1.0, ICE/1.0 and HTTP/0.9 without a version are not HTTP/1.1.',
-  'a request target of characters RFC 3986 does not allow': 'RFC 9112, 3.2.1 and RFC 3986, 3.3 and 3.4: a path and query have no \'"\', and no \'#\': a fragment is never sent.',
-  'userinfo in an absolute-form target': 'RFC 9110, 4.2.4: a recipient SHOULD treat userinfo in an http(s) URI as an error; a fetch Request refuses such a URL too.',
-  'a request target in authority-form or asterisk-form': 'RFC 9112, 3.2.3 and 3.2.4: they name no resource (CONNECT\'s authority, a server-wide OPTIONS *), and no route here could answer them.',
+  'a request line that is not method SP target SP HTTP/1.x':
+    'RFC 9112, 3 and 2.3: the line ends in HTTP-version, named "HTTP"; RTSP/1.0, ICE/1.0 and HTTP/0.9 without a version are not HTTP/1.1.',
+  'a request target of characters RFC 3986 does not allow':
+    "RFC 9112, 3.2.1 and RFC 3986, 3.3 and 3.4: a path and query have no '\"', and no '#': a fragment is never sent.",
+  'userinfo in an absolute-form target':
+    'RFC 9110, 4.2.4: a recipient SHOULD treat userinfo in an http(s) URI as an error; a fetch Request refuses such a URL too.',
+  'a request target in authority-form or asterisk-form':
+    "RFC 9112, 3.2.3 and 3.2.4: they name no resource (CONNECT's authority, a server-wide OPTIONS *), and no route here could answer them.",
 }
 
 // Cases where ours differs from llhttp for no good reason: bugs in server/http1.ts, reported, run as
@@ -52,67 +56,97 @@ const root = corpusRoot(ROOT)
 const MODES = ['llhttp', 'node-server', 'net'] as const
 type Mode = (typeof MODES)[number]
 
-const NO_CORPUS = 'no llhttp corpus: set LLHTTP_TESTS to a folder holding test/request/*.md of llhttp (or put one at ../shared/corpora/llhttp)'
+const NO_CORPUS =
+  'no llhttp corpus: set LLHTTP_TESTS to a folder holding test/request/*.md of llhttp (or put one at ../shared/corpora/llhttp)'
 
-describeNeeding(root ? false : NO_CORPUS, "llhttp's request tests: ours refuses what llhttp refuses and parses what it takes the same", { timeout: 120_000 }, () => {
-  const servers = {} as Record<Mode, Server>
-  const ports = {} as Record<Mode, number>
-  const totals = { corpus: newCounts(), withHost: newCounts() }
+describeNeeding(
+  root ? false : NO_CORPUS,
+  "llhttp's request tests: ours refuses what llhttp refuses and parses what it takes the same",
+  { timeout: 120_000 },
+  () => {
+    const servers = {} as Record<Mode, Server>
+    const ports = {} as Record<Mode, number>
+    const totals = { corpus: newCounts(), withHost: newCounts() }
 
-  before(async () => {
-    await Promise.all(MODES.map(async (mode) => {
-      // The llhttp echo's handler reads a body with `for await`, which throws, unhandled, when the
-      // connection closes before the body has all come (after a chunk llhttp refuses, say): warned
-      // of here, so that the judge stays up. Ours and @hono/node-server keep Node's default.
-      const flags = mode === 'llhttp' ? ['--unhandled-rejections=warn'] : []
-      servers[mode] = await startServer(process.execPath, [...flags, '--experimental-import-text', '--disable-warning=ExperimentalWarning', 'test/echo-server.ts'], { env: { HTTP_SERVER: mode } })
-      ports[mode] = Number(new URL(servers[mode].url).port)
-    }))
-  })
-  after(() => Promise.all(MODES.map((mode) => servers[mode] && stopWithin(servers[mode], 5_000))))
-
-  for (const file of root ? requestFiles(root) : []) {
-    test(file, async (t) => {
-      const cases = readCases(root!, file).filter((c) => !/^(response|url)/.test(c.type) && c.meta.skip !== true)
-      const counts = { corpus: newCounts(), withHost: newCounts() }
-      const failures: string[] = []
-      await inBatches(cases, async (c) => {
-        for (const run of runsOf(c)) {
-          const found = judge(run, await converseAll(ports, run), run.variant ? counts.withHost : counts.corpus)
-          if (found.length > 0) await report(t, run, found, failures)
-        }
-      })
-      await stillServing(servers, ports)
-      addCounts(totals.corpus, counts.corpus)
-      addCounts(totals.withHost, counts.withHost)
-      t.diagnostic(`${cases.length} cases; as they are: ${summary(counts.corpus)}`)
-      t.diagnostic(`with Host added where an HTTP/1.1 request had none: ${summary(counts.withHost)}`)
-      assert.deepEqual(failures, [], failures.join('\n\n'))
+    before(async () => {
+      await Promise.all(
+        MODES.map(async (mode) => {
+          // The llhttp echo's handler reads a body with `for await`, which throws, unhandled, when the
+          // connection closes before the body has all come (after a chunk llhttp refuses, say): warned
+          // of here, so that the judge stays up. Ours and @hono/node-server keep Node's default.
+          const flags = mode === 'llhttp' ? ['--unhandled-rejections=warn'] : []
+          servers[mode] = await startServer(
+            process.execPath,
+            [...flags, '--experimental-import-text', '--disable-warning=ExperimentalWarning', 'test/echo-server.ts'],
+            { env: { HTTP_SERVER: mode } },
+          )
+          ports[mode] = Number(new URL(servers[mode].url).port)
+        }),
+      )
     })
-  }
+    after(() => Promise.all(MODES.map((mode) => servers[mode] && stopWithin(servers[mode], 5_000))))
 
-  test('all files', (t) => {
-    t.diagnostic(`as they are: ${summary(totals.corpus)}`)
-    t.diagnostic(`with Host added where an HTTP/1.1 request had none: ${summary(totals.withHost)}`)
-  })
-})
+    for (const file of root ? requestFiles(root) : []) {
+      test(file, async (t) => {
+        const cases = readCases(root!, file).filter((c) => !/^(response|url)/.test(c.type) && c.meta.skip !== true)
+        const counts = { corpus: newCounts(), withHost: newCounts() }
+        const failures: string[] = []
+        await inBatches(cases, async (c) => {
+          for (const run of runsOf(c)) {
+            const found = judge(run, await converseAll(ports, run), run.variant ? counts.withHost : counts.corpus)
+            if (found.length > 0) await report(t, run, found, failures)
+          }
+        })
+        await stillServing(servers, ports)
+        addCounts(totals.corpus, counts.corpus)
+        addCounts(totals.withHost, counts.withHost)
+        t.diagnostic(`${cases.length} cases; as they are: ${summary(counts.corpus)}`)
+        t.diagnostic(`with Host added where an HTTP/1.1 request had none: ${summary(counts.withHost)}`)
+        assert.deepEqual(failures, [], failures.join('\n\n'))
+      })
+    }
+
+    test('all files', (t) => {
+      t.diagnostic(`as they are: ${summary(totals.corpus)}`)
+      t.diagnostic(`with Host added where an HTTP/1.1 request had none: ${summary(totals.withHost)}`)
+    })
+  },
+)
 
 // A case as sent: the corpus's bytes, or the variant with Host added.
-type Run = { case: CorpusCase; label: string; key: string; bytes: Buffer; cuts: number[]; last: string; finish: boolean; variant: boolean }
+type Run = {
+  case: CorpusCase
+  label: string
+  key: string
+  bytes: Buffer
+  cuts: number[]
+  last: string
+  finish: boolean
+  variant: boolean
+}
 
 function runsOf(c: CorpusCase): Run[] {
   const { ends, last } = logVerdict(c.log)
   const base = { case: c, last, finish: c.type === 'request-finish', variant: false }
   const label = `${c.file}:${c.line} "${c.heading}" [${c.type}]`
-  const runs: Run[] = [{ ...base, label, key: `${c.file}:${c.line}`, bytes: c.bytes, cuts: ends.filter((end) => end < c.bytes.length) }]
+  const runs: Run[] = [
+    { ...base, label, key: `${c.file}:${c.line}`, bytes: c.bytes, cuts: ends.filter((end) => end < c.bytes.length) },
+  ]
   const hostless = hostlessRequestLines(c)
   if (hostless.length === 0) return runs
   const parts: Buffer[] = []
   let from = 0
-  for (const at of hostless) parts.push(c.bytes.subarray(from, at), Buffer.from(ADDED_HOST)), (from = at)
+  for (const at of hostless) (parts.push(c.bytes.subarray(from, at), Buffer.from(ADDED_HOST)), (from = at))
   parts.push(c.bytes.subarray(from))
   const shift = (end: number) => end + ADDED_HOST.length * hostless.filter((at) => at <= end).length
-  runs.push({ ...base, variant: true, label: `${label} with Host added`, key: `${c.file}:${c.line} with Host`, bytes: Buffer.concat(parts), cuts: runs[0].cuts.map(shift) })
+  runs.push({
+    ...base,
+    variant: true,
+    label: `${label} with Host added`,
+    key: `${c.file}:${c.line} with Host`,
+    bytes: Buffer.concat(parts),
+    cuts: runs[0].cuts.map(shift),
+  })
   return runs
 }
 
@@ -123,7 +157,7 @@ function hostlessRequestLines(c: CorpusCase): number[] {
   let hasHost = false
   for (const line of c.log) {
     const version = /^off=(\d+) len=\d+ span\[version\]="1\.1"$/.exec(line)
-    if (/^off=\d+ message begin/.test(line)) (lineEnd = undefined), (hasHost = false)
+    if (/^off=\d+ message begin/.test(line)) ((lineEnd = undefined), (hasHost = false))
     else if (version) lineEnd = c.bytes.indexOf(10, Number(version[1])) + 1 || undefined
     else if (/^off=\d+ len=\d+ span\[header_field\]="host"$/i.test(line)) hasHost = true
     else if (/^off=\d+ headers complete/.test(line) && lineEnd !== undefined && !hasHost) at.push(lineEnd)
@@ -136,7 +170,9 @@ type Reply = { status: number; close: boolean; body: Buffer }
 type Conversation = { replies: Reply[]; closed: boolean }
 
 function converseAll(ports: Record<Mode, number>, run: Run): Promise<Record<Mode, Conversation>> {
-  return Promise.all(MODES.map((mode) => converse(ports[mode], run))).then((all) => Object.fromEntries(MODES.map((mode, i) => [mode, all[i]])) as Record<Mode, Conversation>)
+  return Promise.all(MODES.map((mode) => converse(ports[mode], run))).then(
+    (all) => Object.fromEntries(MODES.map((mode, i) => [mode, all[i]])) as Record<Mode, Conversation>,
+  )
 }
 
 // Sends a case's bytes, a message at a time where llhttp's log says one ends, each after the answer
@@ -149,7 +185,10 @@ async function converse(port: number, run: Run): Promise<Conversation> {
   let closed = false
   let lastData = performance.now()
   socket.on('data', (chunk: Buffer) => ((received = Buffer.concat([received, chunk])), (lastData = performance.now())))
-  socket.on('end', () => (closed = true)).on('close', () => (closed = true)).on('error', () => (closed = true))
+  socket
+    .on('end', () => (closed = true))
+    .on('close', () => (closed = true))
+    .on('error', () => (closed = true))
   const replies = () => readReplies(received, closed)
   const segments = [0, ...run.cuts, run.bytes.length]
   for (let i = 0; i + 1 < segments.length && !closed; i++) {
@@ -158,7 +197,11 @@ async function converse(port: number, run: Run): Promise<Conversation> {
   }
   if (run.finish && !closed) socket.end()
   const promised = run.cuts.length + (run.last === 'complete' ? 1 : 0)
-  await holdsWithin(() => closed || (run.last === 'complete' && replies().length >= promised && performance.now() - lastData > QUIET_MS), ANSWER_WAIT_MS)
+  await holdsWithin(
+    () =>
+      closed || (run.last === 'complete' && replies().length >= promised && performance.now() - lastData > QUIET_MS),
+    ANSWER_WAIT_MS,
+  )
   socket.destroy()
   return { replies: readReplies(received, true), closed }
 }
@@ -168,7 +211,7 @@ async function converse(port: number, run: Run): Promise<Conversation> {
 // by nothing once the connection is done, has none.
 function readReplies(bytes: Buffer, done: boolean): Reply[] {
   const replies: Reply[] = []
-  for (let at = 0; at < bytes.length; ) {
+  for (let at = 0; at < bytes.length;) {
     const end = bytes.indexOf('\r\n\r\n', at)
     if (end < 0) break
     const head = bytes.toString('latin1', at, end)
@@ -182,12 +225,12 @@ function readReplies(bytes: Buffer, done: boolean): Reply[] {
     if (/chunked/i.test(field('transfer-encoding') ?? '')) {
       const body = dechunk(bytes, at)
       if (!body) break
-      replies.push({ status, close, body: body.body }), (at = body.end)
+      ;(replies.push({ status, close, body: body.body }), (at = body.end))
     } else if (length !== undefined) {
       const size = bodyless ? 0 : Number(length)
       if (bytes.length - at < size) break
-      replies.push({ status, close, body: bytes.subarray(at, at + size) }), (at += size)
-    } else if (done) replies.push({ status, close, body: bytes.subarray(at) }), (at = bytes.length)
+      ;(replies.push({ status, close, body: bytes.subarray(at, at + size) }), (at += size))
+    } else if (done) (replies.push({ status, close, body: bytes.subarray(at) }), (at = bytes.length))
     else break
   }
   return replies
@@ -199,7 +242,10 @@ function dechunk(bytes: Buffer, at: number): { body: Buffer; end: number } | und
     const eol = bytes.indexOf('\r\n', at)
     if (eol < 0) return undefined
     const size = parseInt(bytes.toString('latin1', at, eol), 16)
-    if (size === 0) return bytes.indexOf('\r\n\r\n', eol) < 0 ? undefined : { body: Buffer.concat(parts), end: bytes.indexOf('\r\n\r\n', eol) + 4 }
+    if (size === 0)
+      return bytes.indexOf('\r\n\r\n', eol) < 0
+        ? undefined
+        : { body: Buffer.concat(parts), end: bytes.indexOf('\r\n\r\n', eol) + 4 }
     if (bytes.length < eol + 2 + size + 2) return undefined
     parts.push(bytes.subarray(eol + 2, eol + 2 + size))
     at = eol + 2 + size + 2
@@ -208,11 +254,15 @@ function dechunk(bytes: Buffer, at: number): { body: Buffer; end: number } | und
 
 // How one request (by its index on the connection) went on one server.
 type Echo = { method: string; url: string; headers: [string, string][]; body: string }
-type Outcome = { kind: 'accepted'; echo?: Echo } | { kind: 'refused'; reply?: Reply } | { kind: 'none'; closed: boolean }
+type Outcome =
+  { kind: 'accepted'; echo?: Echo } | { kind: 'refused'; reply?: Reply } | { kind: 'none'; closed: boolean }
 
 function outcomeOf(conversation: Conversation, i: number): Outcome {
   const reply = conversation.replies[i]
-  if (reply === undefined) return i === conversation.replies.length && conversation.closed ? { kind: 'refused' } : { kind: 'none', closed: conversation.closed }
+  if (reply === undefined)
+    return i === conversation.replies.length && conversation.closed
+      ? { kind: 'refused' }
+      : { kind: 'none', closed: conversation.closed }
   if (reply.status < 200 || reply.status > 299) return { kind: 'refused', reply }
   try {
     return { kind: 'accepted', echo: JSON.parse(reply.body.toString('utf8')) }
@@ -221,25 +271,51 @@ function outcomeOf(conversation: Conversation, i: number): Outcome {
   }
 }
 
-type Tally = 'runs' | 'requests' | 'llhttpRefused' | 'oursRefusedToo' | 'bothWaiting' | 'oursRefusedEarly' | 'sameParse' | 'unreadable' | 'deliberate' | 'failed'
+type Tally =
+  | 'runs'
+  | 'requests'
+  | 'llhttpRefused'
+  | 'oursRefusedToo'
+  | 'bothWaiting'
+  | 'oursRefusedEarly'
+  | 'sameParse'
+  | 'unreadable'
+  | 'deliberate'
+  | 'failed'
 type Counts = Record<Tally, number> & { reasons: Record<string, number>; stillReading: string[] }
 function newCounts(): Counts {
-  const zero = { runs: 0, requests: 0, llhttpRefused: 0, oursRefusedToo: 0, bothWaiting: 0, oursRefusedEarly: 0, sameParse: 0, unreadable: 0, deliberate: 0, failed: 0 }
+  const zero = {
+    runs: 0,
+    requests: 0,
+    llhttpRefused: 0,
+    oursRefusedToo: 0,
+    bothWaiting: 0,
+    oursRefusedEarly: 0,
+    sameParse: 0,
+    unreadable: 0,
+    deliberate: 0,
+    failed: 0,
+  }
   return { ...zero, reasons: {}, stillReading: [] }
 }
 
 function addCounts(to: Counts, from: Counts) {
-  for (const key of Object.keys(from) as (keyof Counts)[]) if (key !== 'reasons' && key !== 'stillReading') to[key] += from[key]
+  for (const key of Object.keys(from) as (keyof Counts)[])
+    if (key !== 'reasons' && key !== 'stillReading') to[key] += from[key]
   to.stillReading.push(...from.stillReading)
   for (const [reason, n] of Object.entries(from.reasons)) to.reasons[reason] = (to.reasons[reason] ?? 0) + n
 }
 
 function summary(c: Counts): string {
-  const reasons = Object.entries(c.reasons).map(([reason, n]) => `${n}× ${reason}`).join('; ')
-  return `${c.runs} runs, ${c.requests} requests: llhttp refused ${c.llhttpRefused}, ours refused ${c.oursRefusedToo} of them ` +
+  const reasons = Object.entries(c.reasons)
+    .map(([reason, n]) => `${n}× ${reason}`)
+    .join('; ')
+  return (
+    `${c.runs} runs, ${c.requests} requests: llhttp refused ${c.llhttpRefused}, ours refused ${c.oursRefusedToo} of them ` +
     `and was still reading the head of ${c.stillReading.length} (${c.stillReading.join('; ') || 'none'}); ` +
     `both still waited for the rest of ${c.bothWaiting}, ours refused ${c.oursRefusedEarly} that llhttp still waited for; ` +
     `both accepted and parsed the same ${c.sameParse}, both accepted with no echo to compare (HEAD) ${c.unreadable}; ours refused ${c.deliberate} that llhttp accepted, deliberately (${reasons || 'none'}); ${c.failed} runs with differences`
+  )
 }
 
 // Every difference between ours and llhttp in one run, request by request.
@@ -252,24 +328,39 @@ function judge(run: Run, got: Record<Mode, Conversation>, counts: Counts): strin
     const llhttp = outcomeOf(got.llhttp, i)
     const ours = outcomeOf(got.net, i)
     if (llhttp.kind === 'none' && ours.kind === 'none') {
-      if (verdicts[i] !== undefined) counts.requests++, counts.bothWaiting++
+      if (verdicts[i] !== undefined) (counts.requests++, counts.bothWaiting++)
       break
     }
     counts.requests++
     const stillReading = counts.stillReading.length
-    const problem = judgeRequest(llhttp, ours, outcomeOf(got['node-server'], i), verdicts[i] ?? { reason: 'no request read' }, counts)
+    const problem = judgeRequest(
+      llhttp,
+      ours,
+      outcomeOf(got['node-server'], i),
+      verdicts[i] ?? { reason: 'no request read' },
+      counts,
+    )
     if (problem) found.push(`request ${i + 1}: ${problem}`)
     if (counts.stillReading.length > stillReading) counts.stillReading[stillReading] = `${run.label}, request ${i + 1}`
     // Past a refusal on either side, what follows on the connection was never read as a request.
     if (llhttp.kind === 'refused' || ours.kind === 'refused') break
   }
   const refusal = got.net.replies.find((reply) => reply.status >= 400)
-  if (refusal && (!refusal.close || !got.net.closed)) found.push(`ours refused with a ${refusal.status} but ${refusal.close ? 'left the connection open' : 'without Connection: close'}`)
+  if (refusal && (!refusal.close || !got.net.closed))
+    found.push(
+      `ours refused with a ${refusal.status} but ${refusal.close ? 'left the connection open' : 'without Connection: close'}`,
+    )
   if (found.length > 0) counts.failed++
   return found
 }
 
-function judgeRequest(llhttp: Outcome, ours: Outcome, nodeServer: Outcome, verdict: Verdict, counts: Counts): string | undefined {
+function judgeRequest(
+  llhttp: Outcome,
+  ours: Outcome,
+  nodeServer: Outcome,
+  verdict: Verdict,
+  counts: Counts,
+): string | undefined {
   if (llhttp.kind === 'refused') {
     counts.llhttpRefused++
     if (ours.kind === 'refused') return void counts.oursRefusedToo++
@@ -277,29 +368,44 @@ function judgeRequest(llhttp: Outcome, ours: Outcome, nodeServer: Outcome, verdi
     // ours refuses once it ends, or with a 408 when it never does. Not taken either way.
     if (ours.kind === 'none' && verdict.reason === HEAD_PENDING) {
       counts.stillReading.push('')
-      return verdict.refusedOnceWhole ? undefined : 'llhttp refused it, ours waits for the rest of its head, and server/http1.ts takes that head once it ends'
+      return verdict.refusedOnceWhole
+        ? undefined
+        : 'llhttp refused it, ours waits for the rest of its head, and server/http1.ts takes that head once it ends'
     }
-    if (ours.kind === 'accepted') return `llhttp refused it (${told(llhttp)}), ours accepted it: ${JSON.stringify(ours.echo)}`
+    if (ours.kind === 'accepted')
+      return `llhttp refused it (${told(llhttp)}), ours accepted it: ${JSON.stringify(ours.echo)}`
     return `llhttp refused it (${told(llhttp)}), ours answered nothing within ${ANSWER_WAIT_MS / 1000} s; server/http1.ts says: ${verdict.reason}`
   }
   if (llhttp.kind === 'none') {
-    if (ours.kind === 'accepted') return `llhttp answered nothing (it waits for more), ours accepted it: ${JSON.stringify(ours.echo)}`
+    if (ours.kind === 'accepted')
+      return `llhttp answered nothing (it waits for more), ours accepted it: ${JSON.stringify(ours.echo)}`
     return void counts.oursRefusedEarly++
   }
   if (ours.kind !== 'accepted') {
-    if (!(verdict.reason in DELIBERATE)) return `llhttp accepted it, ours ${ours.kind === 'refused' ? `refused it (${told(ours)})` : 'answered nothing'}; server/http1.ts says: ${verdict.reason}`
+    if (!(verdict.reason in DELIBERATE))
+      return `llhttp accepted it, ours ${ours.kind === 'refused' ? `refused it (${told(ours)})` : 'answered nothing'}; server/http1.ts says: ${verdict.reason}`
     counts.deliberate++
     counts.reasons[verdict.reason] = (counts.reasons[verdict.reason] ?? 0) + 1
     return undefined
   }
   if (!llhttp.echo || !ours.echo) return llhttp.echo || ours.echo ? 'one echo is missing' : void counts.unreadable++
-  const differences = compareEchoes(llhttp.echo, ours.echo, nodeServer.kind === 'accepted' ? nodeServer.echo : undefined)
-  if (verdict.body && verdict.body.toString('base64') !== llhttp.echo.body) differences.push(`server/http1.ts read the body ${JSON.stringify(verdict.body.toString('latin1'))}`)
+  const differences = compareEchoes(
+    llhttp.echo,
+    ours.echo,
+    nodeServer.kind === 'accepted' ? nodeServer.echo : undefined,
+  )
+  if (verdict.body && verdict.body.toString('base64') !== llhttp.echo.body)
+    differences.push(`server/http1.ts read the body ${JSON.stringify(verdict.body.toString('latin1'))}`)
   if (differences.length === 0) return void counts.sameParse++
   return `parsed differently: ${differences.join('; ')}`
 }
 
-const told = (outcome: Outcome) => (outcome.kind === 'refused' ? (outcome.reply ? `${outcome.reply.status} ${outcome.reply.body.toString('latin1')}` : 'closed without an answer') : outcome.kind)
+const told = (outcome: Outcome) =>
+  outcome.kind === 'refused'
+    ? outcome.reply
+      ? `${outcome.reply.status} ${outcome.reply.body.toString('latin1')}`
+      : 'closed without an answer'
+    : outcome.kind
 
 // What ours' echo shows against llhttp's: the method, the body, the URL (against @hono/node-server's,
 // which builds it as ours does, or else llhttp's target resolved on its Host) and the header fields
@@ -309,21 +415,33 @@ function compareEchoes(llhttp: Echo, ours: Echo, nodeServer: Echo | undefined): 
   if (ours.method !== llhttp.method) differences.push(`method ${ours.method}, llhttp ${llhttp.method}`)
   // A fetch Request has no body for GET or HEAD: what http1.ts read of one is compared in judgeRequest.
   const body = nodeServer?.body ?? (llhttp.method === 'GET' || llhttp.method === 'HEAD' ? '' : llhttp.body)
-  if (ours.body !== body) differences.push(`body ${JSON.stringify(Buffer.from(ours.body, 'base64').toString('latin1'))}, expected ${JSON.stringify(Buffer.from(body, 'base64').toString('latin1'))}`)
+  if (ours.body !== body)
+    differences.push(
+      `body ${JSON.stringify(Buffer.from(ours.body, 'base64').toString('latin1'))}, expected ${JSON.stringify(Buffer.from(body, 'base64').toString('latin1'))}`,
+    )
   const url = expectedUrl(llhttp, ours, nodeServer)
   if (url.ours !== url.expected) differences.push(`url ${url.ours}, expected ${url.expected} (${url.from})`)
   const expected = expectedHeaders(llhttp, nodeServer)
   if (typeof expected === 'string') differences.push(expected)
-  else if (JSON.stringify(ours.headers) !== JSON.stringify(expected)) differences.push(`headers ${JSON.stringify(ours.headers)}, expected ${JSON.stringify(expected)}`)
+  else if (JSON.stringify(ours.headers) !== JSON.stringify(expected))
+    differences.push(`headers ${JSON.stringify(ours.headers)}, expected ${JSON.stringify(expected)}`)
   return differences
 }
 
-function expectedUrl(llhttp: Echo, ours: Echo, nodeServer: Echo | undefined): { ours: string; expected: string; from: string } {
+function expectedUrl(
+  llhttp: Echo,
+  ours: Echo,
+  nodeServer: Echo | undefined,
+): { ours: string; expected: string; from: string } {
   if (nodeServer) return { ours: ours.url, expected: nodeServer.url, from: "@hono/node-server's" }
   const host = llhttp.headers.find(([name]) => name.toLowerCase() === 'host')?.[1] ?? 'localhost'
   const pathOf = (url: URL) => url.pathname + url.search
   try {
-    return { ours: pathOf(new URL(ours.url)), expected: pathOf(new URL(llhttp.url, `http://${host}`)), from: `llhttp's target ${llhttp.url} on Host ${host}` }
+    return {
+      ours: pathOf(new URL(ours.url)),
+      expected: pathOf(new URL(llhttp.url, `http://${host}`)),
+      from: `llhttp's target ${llhttp.url} on Host ${host}`,
+    }
   } catch {
     return { ours: ours.url, expected: `no URL from ${llhttp.url} on Host ${host}`, from: "llhttp's target" }
   }
@@ -339,9 +457,13 @@ function expectedHeaders(llhttp: Echo, nodeServer: Echo | undefined): [string, s
     return `llhttp's fields make no fetch Headers: ${(error as Error).message}`
   }
   if (!fields.some(([name]) => name === 'transfer-encoding')) return fields
-  const kept = fields.filter(([name]) => name !== 'transfer-encoding' && name !== 'trailer' && name !== 'content-length')
+  const kept = fields.filter(
+    ([name]) => name !== 'transfer-encoding' && name !== 'trailer' && name !== 'content-length',
+  )
   const length = Buffer.from(llhttp.body, 'base64').length
-  return [...kept, ['content-length', String(length)] as [string, string]].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
+  return [...kept, ['content-length', String(length)] as [string, string]].sort(([a], [b]) =>
+    a < b ? -1 : a > b ? 1 : 0,
+  )
 }
 
 // What server/wire.ts makes of the bytes, request by request, by the calls to server/http1.ts it
@@ -355,9 +477,13 @@ const FIN_INSIDE = 'the client ended the connection inside a request'
 function oursVerdicts(bytes: Buffer, finish: boolean): Verdict[] {
   const verdicts: Verdict[] = []
   const unfinished = (pending: string) => [...verdicts, { reason: finish ? FIN_INSIDE : pending }]
-  for (let start = 0; start < bytes.length; ) {
+  for (let start = 0; start < bytes.length;) {
     const head = readHead(bytes, start, { line: start, scanned: start, counted: 0, lines: 0 })
-    if (head === undefined) return [...verdicts, { reason: finish ? FIN_INSIDE : HEAD_PENDING, refusedOnceWhole: refusedOnceWhole(bytes, start) }]
+    if (head === undefined)
+      return [
+        ...verdicts,
+        { reason: finish ? FIN_INSIDE : HEAD_PENDING, refusedOnceWhole: refusedOnceWhole(bytes, start) },
+      ]
     if ('status' in head) return [...verdicts, { reason: head.reason }]
     if (head.bodyLength > MAX_BODY_BYTES) return [...verdicts, { reason: 'a body over the limit' }]
     let next = head.end + Math.max(head.bodyLength, 0)

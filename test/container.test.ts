@@ -19,7 +19,9 @@ type Instruction = { keyword: string; args: string }
 
 // Dockerfile instructions by stage, continuation lines joined, comments dropped.
 function readDockerfile(path: string): Instruction[][] {
-  const lines = readFileSync(path, 'utf8').replace(/\\\n\s*/g, '').split('\n')
+  const lines = readFileSync(path, 'utf8')
+    .replace(/\\\n\s*/g, '')
+    .split('\n')
   const stages: Instruction[][] = []
   for (const line of lines.map((l) => l.trim()).filter((l) => l && !l.startsWith('#'))) {
     const [, keyword, args] = /^(\S+)\s+(.*)$/.exec(line)!
@@ -41,7 +43,9 @@ const baseImage = stages[0][0].args.split(/\s+/)[0]
 
 describe('Dockerfile', () => {
   test('lints clean with dockerfile-utils', () => {
-    const lint = spawnSync(join(ROOT, 'node_modules', '.bin', 'dockerfile-utils'), ['lint', join(ROOT, 'Dockerfile')], { encoding: 'utf8' })
+    const lint = spawnSync(join(ROOT, 'node_modules', '.bin', 'dockerfile-utils'), ['lint', join(ROOT, 'Dockerfile')], {
+      encoding: 'utf8',
+    })
     assert.equal(lint.stdout.trim(), '', lint.stdout)
   })
 
@@ -50,7 +54,10 @@ describe('Dockerfile', () => {
   })
 
   test('sends only what the build stage copies into the build context', () => {
-    const ignore = readFileSync(join(ROOT, '.dockerignore'), 'utf8').split('\n').filter((l) => l.startsWith('!')).map((l) => l.slice(1))
+    const ignore = readFileSync(join(ROOT, '.dockerignore'), 'utf8')
+      .split('\n')
+      .filter((l) => l.startsWith('!'))
+      .map((l) => l.slice(1))
     const copied = stages[0].filter((i) => i.keyword === 'COPY').flatMap((i) => i.args.split(/\s+/).slice(0, -1))
     assert.deepEqual([...copied].sort(), [...ignore].sort())
   })
@@ -94,9 +101,13 @@ describe('the README', () => {
 })
 
 // Bounded, so an engine that stops answering fails the test instead of hanging it.
-const docker = (...args: string[]) => spawnSync('docker', args, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, timeout: 300_000 })
+const docker = (...args: string[]) =>
+  spawnSync('docker', args, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, timeout: 300_000 })
 const info = docker('info', '--format', '{{.ServerVersion}}')
-const engine = info.status === 0 ? false : `no Docker engine answers here (docker info: ${(info.stderr || info.error?.message || '').trim().split('\n')[0]}); ../shared/tools/docker-engine.sh starts one`
+const engine =
+  info.status === 0
+    ? false
+    : `no Docker engine answers here (docker info: ${(info.stderr || info.error?.message || '').trim().split('\n')[0]}); ../shared/tools/docker-engine.sh starts one`
 
 describeNeeding(engine, 'the image, built and run by a real Docker engine as the README says', {}, () => {
   // The README's names, made unique to this run; the published port is a free one.
@@ -108,10 +119,26 @@ describeNeeding(engine, 'the image, built and run by a real Docker engine as the
   let tokens: Token[] = []
   let created: { id: number; body: string }
   const ours = (command: string) =>
-    command.replaceAll('3000:3000', `${port}:3000`).replaceAll('feed-data:', `${volume}:`).replace(/twelve-dollar-feed(\s|$)/, `${tag}$1`).split(/\s+/).slice(1)
+    command
+      .replaceAll('3000:3000', `${port}:3000`)
+      .replaceAll('feed-data:', `${volume}:`)
+      .replace(/twelve-dollar-feed(\s|$)/, `${tag}$1`)
+      .split(/\s+/)
+      .slice(1)
   // The run's HTTP_SERVER, where it sets one, goes to the container too.
-  const run = (command: string) => ours(command).toSpliced(1, 0, '-d', '--name', name, ...(process.env.HTTP_SERVER ? ['-e', `HTTP_SERVER=${process.env.HTTP_SERVER}`] : []))
-  const logs = () => { const l = docker('logs', name); return l.stdout + l.stderr }
+  const run = (command: string) =>
+    ours(command).toSpliced(
+      1,
+      0,
+      '-d',
+      '--name',
+      name,
+      ...(process.env.HTTP_SERVER ? ['-e', `HTTP_SERVER=${process.env.HTTP_SERVER}`] : []),
+    )
+  const logs = () => {
+    const l = docker('logs', name)
+    return l.stdout + l.stderr
+  }
   const state = (field: string) => docker('inspect', '--format', `{{${field}}}`, name).stdout.trim()
 
   before(async () => {
@@ -137,9 +164,14 @@ describeNeeding(engine, 'the image, built and run by a real Docker engine as the
     const size = (image: string) => Number(docker('image', 'inspect', '--format', '{{.Size}}', image).stdout)
     const added = size(tag) - size(baseImage)
     const litestream = Number(docker('run', '--rm', tag, 'stat', '-c', '%s', '/usr/local/bin/litestream').stdout)
-    t.diagnostic(`${baseImage}: ${(size(baseImage) / 1e6).toFixed(1)} MB; the project's layers add ${(added / 1e6).toFixed(1)} MB: Litestream ${(litestream / 1e6).toFixed(1)} MB, the rest ${((added - litestream) / 1024).toFixed(0)} KB`)
+    t.diagnostic(
+      `${baseImage}: ${(size(baseImage) / 1e6).toFixed(1)} MB; the project's layers add ${(added / 1e6).toFixed(1)} MB: Litestream ${(litestream / 1e6).toFixed(1)} MB, the rest ${((added - litestream) / 1024).toFixed(0)} KB`,
+    )
     assert.ok(litestream > 0, 'the Litestream binary is in the image')
-    assert.ok(added - litestream > 0 && added - litestream < 1024 * 1024, `${added - litestream} bytes besides Litestream`)
+    assert.ok(
+      added - litestream > 0 && added - litestream < 1024 * 1024,
+      `${added - litestream} bytes besides Litestream`,
+    )
     const listing = docker('run', '--rm', tag, 'ls', '-A', '/app', '/app/dist').stdout
     assert.equal(listing, '/app:\ndist\n\n/app/dist:\napp.js\nseed.js\nstart.js\n')
   })
@@ -157,12 +189,16 @@ describeNeeding(engine, 'the image, built and run by a real Docker engine as the
 
   test('runs as uid 1000, which owns the database on the volume', () => {
     assert.match(docker('exec', name, 'cat', '/proc/1/status').stdout, /^Uid:\s+1000\s/m)
-    assert.equal(docker('run', '--rm', '-v', `${volume}:/data`, tag, 'stat', '-c', '%u', '/data/feed.db').stdout.trim(), '1000')
+    assert.equal(
+      docker('run', '--rm', '-v', `${volume}:/data`, tag, 'stat', '-c', '%u', '/data/feed.db').stdout.trim(),
+      '1000',
+    )
   })
 
   test('is healthy by its own HEALTHCHECK', async () => {
     const until = performance.now() + 60_000
-    while (state('.State.Health.Status') !== 'healthy' && performance.now() < until) await new Promise((resolve) => setTimeout(resolve, 500))
+    while (state('.State.Health.Status') !== 'healthy' && performance.now() < until)
+      await new Promise((resolve) => setTimeout(resolve, 500))
     assert.equal(state('.State.Health.Status'), 'healthy')
   })
 
@@ -188,7 +224,13 @@ describeNeeding(engine, 'the image, built and run by a real Docker engine as the
       while (true) {
         const sent = performance.now()
         try {
-          const res = i % 4 ? await fetch(`${url}/posts/${1 + ((i * 7919) % 500_000)}`) : await fetch(`${url}/posts/${1 + i}/like`, { method: 'POST', headers: { authorization: `Bearer ${tokens[i].token}` } })
+          const res =
+            i % 4
+              ? await fetch(`${url}/posts/${1 + ((i * 7919) % 500_000)}`)
+              : await fetch(`${url}/posts/${1 + i}/like`, {
+                  method: 'POST',
+                  headers: { authorization: `Bearer ${tokens[i].token}` },
+                })
           await res.arrayBuffer()
           statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1)
         } catch (error) {
@@ -202,7 +244,9 @@ describeNeeding(engine, 'the image, built and run by a real Docker engine as the
     const body = JSON.stringify({ body: 'sent across docker stop' })
     const socket = connect(port, '127.0.0.1')
     await within(once(socket, 'connect'), 5_000, 'the connection to the container')
-    socket.write(`POST /posts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${tokens[5].token}\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 10)}`)
+    socket.write(
+      `POST /posts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${tokens[5].token}\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 10)}`,
+    )
     // The server's sockets are in the container's network namespace, behind Docker's proxy: nothing here
     // sees it read the bytes or take the signal (test/sockets.ts cannot), so each is given time.
     await sleep(1_000)
@@ -217,7 +261,10 @@ describeNeeding(engine, 'the image, built and run by a real Docker engine as the
     await within(Promise.all(load), 15_000, 'the load to end')
     assert.match(response, /^HTTP\/1.1 201 Created\r\n/)
     assert.deepEqual(early, [], 'no request sent before the stop failed')
-    assert.deepEqual([...statuses.keys()].filter((s) => s !== 200 && s !== 201), [])
+    assert.deepEqual(
+      [...statuses.keys()].filter((s) => s !== 200 && s !== 201),
+      [],
+    )
     assert.equal(state('.State.ExitCode'), '0')
     assert.equal(state('.State.OOMKilled'), 'false')
   })

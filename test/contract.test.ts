@@ -27,7 +27,10 @@ contractTests(() => ({ url: server.url, tokens: db.tokens }))
 
 describe('start-up', () => {
   test('warns that JWT_SECRET is not set, since the default secret is public', () => {
-    assert.match(server.output(), /JWT_SECRET is not set: tokens are checked with the challenge's public default secret/)
+    assert.match(
+      server.output(),
+      /JWT_SECRET is not set: tokens are checked with the challenge's public default secret/,
+    )
   })
 })
 
@@ -47,10 +50,18 @@ describe('with WORKERS=2: two processes on one port, each with its own database 
   contractTests(() => ({ url: workers.url, tokens: copy.tokens }))
 
   test('replaces a worker that dies, and keeps serving', async () => {
-    const children = () => readFileSync(`/proc/${workers.child.pid}/task/${workers.child.pid}/children`, 'utf8').trim().split(/\s+/).map(Number)
+    const children = () =>
+      readFileSync(`/proc/${workers.child.pid}/task/${workers.child.pid}/children`, 'utf8')
+        .trim()
+        .split(/\s+/)
+        .map(Number)
     const [victim] = children()
     process.kill(victim, 'SIGKILL')
-    await until(() => /worker \d+ exited \(SIGKILL\); starting another/.test(workers.output()), 30_000, 'the primary seeing its worker die')
+    await until(
+      () => /worker \d+ exited \(SIGKILL\); starting another/.test(workers.output()),
+      30_000,
+      'the primary seeing its worker die',
+    )
     await until(() => listening(workers) >= 3, 30_000, 'the new worker listening')
     assert.equal(children().length, 2)
     assert.ok(!children().includes(victim))
@@ -71,7 +82,9 @@ async function stopAcrossARequest(target: Server, path: string, text: string) {
   const port = Number(new URL(target.url).port)
   const socket = connect(port, '127.0.0.1')
   await within(once(socket, 'connect'), 5_000, 'the connection to the server')
-  socket.write(`POST /posts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token(5)}\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 10)}`)
+  socket.write(
+    `POST /posts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${token(5)}\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 10)}`,
+  )
   await until(() => serverHasRead(socket), 5_000, 'the server to read the first part of the request')
   const exited = target.stop('SIGTERM')
   await until(() => !listensOn(port), 5_000, 'the server to close its listener on SIGTERM')
@@ -94,7 +107,11 @@ describe('stopping', () => {
   test('SIGTERM lets an in-flight request finish, checkpoints the WAL and exits 0; more signals change nothing', async () => {
     const copy = freshSeededCopy()
     try {
-      await stopAcrossARequest(await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: copy.path } }), copy.path, 'sent across the stop')
+      await stopAcrossARequest(
+        await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: copy.path } }),
+        copy.path,
+        'sent across the stop',
+      )
     } finally {
       copy.remove()
     }

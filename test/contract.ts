@@ -18,10 +18,17 @@ export function contractTests(target: () => { url: string; tokens: Token[] }, { 
   const token = (i: number) => target().tokens[i].token
   const username = (i: number) => target().tokens[i].username
   const get = (path: string) => fetch(target().url + path)
-  const post = (path: string, { token, body, headers = {} }: { token?: string; body?: string; headers?: Record<string, string> } = {}) =>
+  const post = (
+    path: string,
+    { token, body, headers = {} }: { token?: string; body?: string; headers?: Record<string, string> } = {},
+  ) =>
     fetch(target().url + path, {
       method: 'POST',
-      headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), 'content-type': 'application/json', ...headers },
+      headers: {
+        ...(token ? { authorization: `Bearer ${token}` } : {}),
+        'content-type': 'application/json',
+        ...headers,
+      },
       body,
     })
 
@@ -66,7 +73,11 @@ export function contractTests(target: () => { url: string; tokens: Token[] }, { 
 
     test('no Authorization header, or one that is not Bearer, is 401 missing bearer token', async () => {
       await expectError(await post('/posts', { body: '{"body":"x"}' }), 401, 'missing bearer token')
-      await expectError(await post('/posts', { body: '{"body":"x"}', headers: { authorization: `Token ${token(0)}` } }), 401, 'missing bearer token')
+      await expectError(
+        await post('/posts', { body: '{"body":"x"}', headers: { authorization: `Token ${token(0)}` } }),
+        401,
+        'missing bearer token',
+      )
     })
 
     test('a bad signature, expiry, no exp, alg none or a malformed JWT is 401 invalid or expired token', async () => {
@@ -79,12 +90,17 @@ export function contractTests(target: () => { url: string; tokens: Token[] }, { 
         await makeToken(claims('1'), { alg: 'HS384' }),
         'not.a.jwt',
       ]
-      for (const bad of cases) await expectError(await post('/posts', { token: bad, body: '{"body":"x"}' }), 401, 'invalid or expired token')
+      for (const bad of cases)
+        await expectError(await post('/posts', { token: bad, body: '{"body":"x"}' }), 401, 'invalid or expired token')
     })
 
     test('a valid signature with a bad sub or username is 401 invalid token payload', async () => {
       for (const payload of [{ ...claims('1'), sub: 1 }, { ...claims('abc') }, { ...claims('1'), username: 7 }]) {
-        await expectError(await post('/posts', { token: await makeToken(payload), body: '{"body":"x"}' }), 401, 'invalid token payload')
+        await expectError(
+          await post('/posts', { token: await makeToken(payload), body: '{"body":"x"}' }),
+          401,
+          'invalid token payload',
+        )
       }
     })
 
@@ -93,7 +109,8 @@ export function contractTests(target: () => { url: string; tokens: Token[] }, { 
     })
 
     test('a missing, non-string or blank body is 400 body is required', async () => {
-      for (const body of ['{}', '{"body":1}', '{"body":"   "}']) await expectError(await post('/posts', { token: token(0), body }), 400, 'body is required')
+      for (const body of ['{}', '{"body":1}', '{"body":"   "}'])
+        await expectError(await post('/posts', { token: token(0), body }), 400, 'body is required')
     })
 
     test('a body over 500 characters after trimming is 400', async () => {
@@ -115,7 +132,10 @@ export function contractTests(target: () => { url: string; tokens: Token[] }, { 
 
   describe('writes', () => {
     test('a new post is 201, reads back byte for byte, and tops the feed', async () => {
-      const res = await post('/posts', { token: token(41), body: JSON.stringify({ body: '  fresh from the contract test  ' }) })
+      const res = await post('/posts', {
+        token: token(41),
+        body: JSON.stringify({ body: '  fresh from the contract test  ' }),
+      })
       assert.equal(res.status, 201)
       const text = await res.text()
       const created = JSON.parse(text).post
@@ -147,7 +167,9 @@ export function contractTests(target: () => { url: string; tokens: Token[] }, { 
 
     test('25 racing likes by one user give exactly one 201', async () => {
       const before = JSON.parse(await (await get('/posts/123456')).text()).post.like_count
-      const results = await Promise.all(Array.from({ length: 25 }, () => post('/posts/123456/like', { token: token(99) })))
+      const results = await Promise.all(
+        Array.from({ length: 25 }, () => post('/posts/123456/like', { token: token(99) })),
+      )
       const statuses = results.map((r) => r.status).sort((a, b) => b - a)
       assert.deepEqual(statuses, [201, ...Array(24).fill(200)])
       assert.equal(JSON.parse(await (await get('/posts/123456')).text()).post.like_count, before + 1)
@@ -155,9 +177,13 @@ export function contractTests(target: () => { url: string; tokens: Token[] }, { 
 
     test('concurrent creates all commit and all read back', async () => {
       const results = await Promise.all(
-        Array.from({ length: 40 }, (_, i) => post('/posts', { token: token(1000 + i), body: JSON.stringify({ body: `concurrent ${i}` }) })),
+        Array.from({ length: 40 }, (_, i) =>
+          post('/posts', { token: token(1000 + i), body: JSON.stringify({ body: `concurrent ${i}` }) }),
+        ),
       )
-      const created = await Promise.all(results.map(async (r) => (assert.equal(r.status, 201), JSON.parse(await r.text()).post)))
+      const created = await Promise.all(
+        results.map(async (r) => (assert.equal(r.status, 201), JSON.parse(await r.text()).post)),
+      )
       assert.equal(new Set(created.map((p) => p.id)).size, 40)
       for (const p of created) assert.deepEqual(JSON.parse(await (await get(`/posts/${p.id}`)).text()).post, p)
     })
@@ -168,7 +194,12 @@ export function contractTests(target: () => { url: string; tokens: Token[] }, { 
 export function goldenTests(target: () => { url: string }) {
   const get = (path: string) => fetch(target().url + path)
   describe('the golden responses on a fresh seed', () => {
-    for (const [path, file] of [['/feed', 'feed.json'], ['/posts/1', 'post-1.json'], ['/posts/250000', 'post-250000.json'], ['/posts/500000', 'post-500000.json']]) {
+    for (const [path, file] of [
+      ['/feed', 'feed.json'],
+      ['/posts/1', 'post-1.json'],
+      ['/posts/250000', 'post-250000.json'],
+      ['/posts/500000', 'post-500000.json'],
+    ]) {
       test(`GET ${path} is ${file}, byte for byte`, async () => {
         const res = await get(path)
         assert.equal(res.status, 200)

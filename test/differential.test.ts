@@ -20,7 +20,8 @@ import { CHUNKED, ChunkedBody, readHead, type Head, type Progress, type Refusal 
 import { fixedCase, generateCases, writingCases, type Case } from './fuzz-requests.ts'
 import { claims, makeToken, now, smallDatabase } from './helpers.ts'
 
-const SEED = process.env.FUZZ_SEED === 'random' ? Math.floor(Math.random() * 2 ** 31) : Number(process.env.FUZZ_SEED || 20261203)
+const SEED =
+  process.env.FUZZ_SEED === 'random' ? Math.floor(Math.random() * 2 ** 31) : Number(process.env.FUZZ_SEED || 20261203)
 const CASES = Number(process.env.FUZZ_CASES || 3_000)
 const LANES = 16
 // An incomplete request gets no answer (ours says 408 only after 10 s): nothing for this long after the
@@ -32,38 +33,109 @@ const DEADLINE_MS = 1_000
 // of wire.ts), each with why ours is right to differ. `todayRefuses`: only where today refuses too.
 type Deliberate = { why: string; todayRefuses?: true }
 const DELIBERATE: Record<string, Deliberate> = {
-  'a request target of characters RFC 3986 does not allow': { why: 'RFC 9112, 3.2: a target is a URI; llhttp passes ", <, >, #, and % without hex digits, which today routes' },
-  'an HTTP/1.1 request without Host': { why: 'RFC 9112, 3.2: a server MUST answer 400; today serves an absolute-form one, and refuses the rest without closing' },
-  'a request target in authority-form or asterisk-form': { why: 'RFC 9112, 3.2.3 and 3.2.4: for CONNECT and a server-wide OPTIONS (any target not a path nor http(s)); today\'s adapter refuses them too', todayRefuses: true },
-  'userinfo in an absolute-form target': { why: 'RFC 9110, 4.2.4: userinfo in an http(s) URI is to be treated as an error; today serves it' },
-  'a request target or Host that makes no URL': { why: 'a path with a backslash, or a Host WHATWG URL refuses (1270.0.1 reads as an IPv4 address past 255), on which a handler\'s new URL(c.req.url) would throw; today\'s adapter refuses some, without closing' },
-  'more than one Host': { why: 'RFC 9112, 3.2: a server MUST answer 400 to a request with more than one Host; llhttp takes them all' },
-  'a Host that is not host[:port]': { why: 'RFC 9112, 3.2: a server MUST answer 400 to an invalid Host (a space, a quote, a byte past ASCII); today serves some' },
-  'a request line that is not method SP target SP HTTP/1.x': { why: 'RFC 9112, 3: one SP between the parts, as lenient parsing invites smuggling; llhttp takes runs of spaces' },
-  'not HTTP/1.0 or HTTP/1.1': { why: 'RFC 9110, 15.6.6: a version the server does not implement is refused; llhttp reads any d.d (2.0, 0.9) as HTTP/1' },
-  'a lone CR or LF before a request line': { why: 'RFC 9112, 2.2: only empty lines (CRLF) may come before a request line, and a bare CR is invalid; llhttp skips either' },
-  'a head over 16 KB': { why: 'a head past 32 KB in all is refused (431) before its lines are read; llhttp refuses the first fault it meets in it (400)', todayRefuses: true },
-  'a declared body over 16 KB': { why: 'a Content-Length over the limit is refused unread on every route; today refuses it only on the routes that read a body' },
-  'a chunked body over the limit': { why: 'a chunked body over the limit is refused on every route; today reads it only on the routes that take a body' },
-  'an expectation other than 100-continue': { why: 'RFC 9110, 10.1.1: 417 for an expectation not met; Node takes "100-continue, foo" as 100-continue' },
-  'a Transfer-Encoding whose last coding is not chunked, once': { why: 'RFC 9112, 6.3: 400 and close; llhttp refuses it too, and Node answers an odd Expect (417) first', todayRefuses: true },
-  'CONNECT': { why: 'RFC 9110, 9.3.6: CONNECT asks for a tunnel, which no route here opens; ours says so (400) and closes, today closes without a word' },
-  'both refuse, each at a fault of its own': { why: 'a head with several faults: ours and Node check them in another order (the field count, the version, an Expect), and each refuses and closes at the first it meets', todayRefuses: true },
-  'a NUL or a bare CR or LF in the head': { why: 'RFC 9112, 2.2: lines end in CRLF (a bare CR is invalid, a bare LF a MAY not taken here), and there is no HTTP/0.9 here, which llhttp reads a line ending in a bare LF as' },
-  'ours refuses where today waits or closes without a word': { why: 'a head llhttp would refuse once whole (or never read as HTTP: PRI), which ours refuses as soon as the line at fault has come, and answers' },
-  'no 100 Continue before a refusal': { why: 'RFC 9110, 10.1.1: a server that refuses a request by its head owes no 100 first; Node sends one, then meets the fault' },
-  'a chunk size line that is not hex digits and extensions': { why: 'RFC 9112, 7.1.1: an extension is ;name[=value], its name a token; llhttp takes ;=value' },
-  'a malformed head Node finds too large first': { why: 'both refuse: Node counts a head as it comes and stops at its limit (431) before the fault ours names (400)', todayRefuses: true },
-  'a transfer coding other than chunked': { why: 'RFC 9112, 6.1: a server SHOULD answer 501 to a transfer coding it does not understand; today routes it' },
-  'Transfer-Encoding in an HTTP/1.0 request': { why: 'RFC 9112, 6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing; llhttp reads it chunked' },
-  'bytes after a request that closes the connection': { why: 'RFC 9112, 9.6: the request with close is answered and nothing after it read; llhttp refuses it all with 400' },
-  'a fault in a later pipelined request': { why: 'RFC 9112, 9.3.2: answers go in order; ours answers the requests before the fault, Node refuses first and drops them', todayRefuses: true },
-  'a fault in a body today does not read': { why: 'ours reads each body whole, and refuses one llhttp refuses too; today answers a route that never reads it first' },
-  'HEAD in HTTP/1.0 kept alive': { why: 'RFC 9112, 6.3: a HEAD\'s answer ends with its head, so keep-alive holds; Node closes an HTTP/1.0 answer without Content-Length' },
-  'close beside keep-alive in HTTP/1.0': { why: 'RFC 9112, 9.6: close means the connection does not persist; llhttp lets keep-alive win in HTTP/1.0' },
-  'an answer today lost to a reset': { why: 'RFC 9112, 9.6: ours reads on after its last answer so that a client still sending gets it; today closes at once, the kernel resets' },
-  'a request whose body has not all come': { why: 'ours hands a request to the app once its body is whole; today answers a route that never reads the body at once' },
-  'a line not all come': { why: 'ours reads a head or chunk-size line once it has ended (a 408 after 10 s if never); llhttp refuses a hopeless one at its first byte', todayRefuses: true },
+  'a request target of characters RFC 3986 does not allow': {
+    why: 'RFC 9112, 3.2: a target is a URI; llhttp passes ", <, >, #, and % without hex digits, which today routes',
+  },
+  'an HTTP/1.1 request without Host': {
+    why: 'RFC 9112, 3.2: a server MUST answer 400; today serves an absolute-form one, and refuses the rest without closing',
+  },
+  'a request target in authority-form or asterisk-form': {
+    why: "RFC 9112, 3.2.3 and 3.2.4: for CONNECT and a server-wide OPTIONS (any target not a path nor http(s)); today's adapter refuses them too",
+    todayRefuses: true,
+  },
+  'userinfo in an absolute-form target': {
+    why: 'RFC 9110, 4.2.4: userinfo in an http(s) URI is to be treated as an error; today serves it',
+  },
+  'a request target or Host that makes no URL': {
+    why: "a path with a backslash, or a Host WHATWG URL refuses (1270.0.1 reads as an IPv4 address past 255), on which a handler's new URL(c.req.url) would throw; today's adapter refuses some, without closing",
+  },
+  'more than one Host': {
+    why: 'RFC 9112, 3.2: a server MUST answer 400 to a request with more than one Host; llhttp takes them all',
+  },
+  'a Host that is not host[:port]': {
+    why: 'RFC 9112, 3.2: a server MUST answer 400 to an invalid Host (a space, a quote, a byte past ASCII); today serves some',
+  },
+  'a request line that is not method SP target SP HTTP/1.x': {
+    why: 'RFC 9112, 3: one SP between the parts, as lenient parsing invites smuggling; llhttp takes runs of spaces',
+  },
+  'not HTTP/1.0 or HTTP/1.1': {
+    why: 'RFC 9110, 15.6.6: a version the server does not implement is refused; llhttp reads any d.d (2.0, 0.9) as HTTP/1',
+  },
+  'a lone CR or LF before a request line': {
+    why: 'RFC 9112, 2.2: only empty lines (CRLF) may come before a request line, and a bare CR is invalid; llhttp skips either',
+  },
+  'a head over 16 KB': {
+    why: 'a head past 32 KB in all is refused (431) before its lines are read; llhttp refuses the first fault it meets in it (400)',
+    todayRefuses: true,
+  },
+  'a declared body over 16 KB': {
+    why: 'a Content-Length over the limit is refused unread on every route; today refuses it only on the routes that read a body',
+  },
+  'a chunked body over the limit': {
+    why: 'a chunked body over the limit is refused on every route; today reads it only on the routes that take a body',
+  },
+  'an expectation other than 100-continue': {
+    why: 'RFC 9110, 10.1.1: 417 for an expectation not met; Node takes "100-continue, foo" as 100-continue',
+  },
+  'a Transfer-Encoding whose last coding is not chunked, once': {
+    why: 'RFC 9112, 6.3: 400 and close; llhttp refuses it too, and Node answers an odd Expect (417) first',
+    todayRefuses: true,
+  },
+  CONNECT: {
+    why: 'RFC 9110, 9.3.6: CONNECT asks for a tunnel, which no route here opens; ours says so (400) and closes, today closes without a word',
+  },
+  'both refuse, each at a fault of its own': {
+    why: 'a head with several faults: ours and Node check them in another order (the field count, the version, an Expect), and each refuses and closes at the first it meets',
+    todayRefuses: true,
+  },
+  'a NUL or a bare CR or LF in the head': {
+    why: 'RFC 9112, 2.2: lines end in CRLF (a bare CR is invalid, a bare LF a MAY not taken here), and there is no HTTP/0.9 here, which llhttp reads a line ending in a bare LF as',
+  },
+  'ours refuses where today waits or closes without a word': {
+    why: 'a head llhttp would refuse once whole (or never read as HTTP: PRI), which ours refuses as soon as the line at fault has come, and answers',
+  },
+  'no 100 Continue before a refusal': {
+    why: 'RFC 9110, 10.1.1: a server that refuses a request by its head owes no 100 first; Node sends one, then meets the fault',
+  },
+  'a chunk size line that is not hex digits and extensions': {
+    why: 'RFC 9112, 7.1.1: an extension is ;name[=value], its name a token; llhttp takes ;=value',
+  },
+  'a malformed head Node finds too large first': {
+    why: 'both refuse: Node counts a head as it comes and stops at its limit (431) before the fault ours names (400)',
+    todayRefuses: true,
+  },
+  'a transfer coding other than chunked': {
+    why: 'RFC 9112, 6.1: a server SHOULD answer 501 to a transfer coding it does not understand; today routes it',
+  },
+  'Transfer-Encoding in an HTTP/1.0 request': {
+    why: 'RFC 9112, 6.1: an HTTP/1.0 message with Transfer-Encoding has faulty framing; llhttp reads it chunked',
+  },
+  'bytes after a request that closes the connection': {
+    why: 'RFC 9112, 9.6: the request with close is answered and nothing after it read; llhttp refuses it all with 400',
+  },
+  'a fault in a later pipelined request': {
+    why: 'RFC 9112, 9.3.2: answers go in order; ours answers the requests before the fault, Node refuses first and drops them',
+    todayRefuses: true,
+  },
+  'a fault in a body today does not read': {
+    why: 'ours reads each body whole, and refuses one llhttp refuses too; today answers a route that never reads it first',
+  },
+  'HEAD in HTTP/1.0 kept alive': {
+    why: "RFC 9112, 6.3: a HEAD's answer ends with its head, so keep-alive holds; Node closes an HTTP/1.0 answer without Content-Length",
+  },
+  'close beside keep-alive in HTTP/1.0': {
+    why: 'RFC 9112, 9.6: close means the connection does not persist; llhttp lets keep-alive win in HTTP/1.0',
+  },
+  'an answer today lost to a reset': {
+    why: 'RFC 9112, 9.6: ours reads on after its last answer so that a client still sending gets it; today closes at once, the kernel resets',
+  },
+  'a request whose body has not all come': {
+    why: 'ours hands a request to the app once its body is whole; today answers a route that never reads the body at once',
+  },
+  'a line not all come': {
+    why: 'ours reads a head or chunk-size line once it has ended (a 408 after 10 s if never); llhttp refuses a hopeless one at its first byte',
+    todayRefuses: true,
+  },
 }
 // The reasons that are not http1.ts's refusals: rules of wire.ts, and what Node does otherwise.
 const DECLARED_TOO_LARGE = 'a declared body over 16 KB'
@@ -120,7 +192,10 @@ function send(port: number, c: Case): Promise<Received> {
 
 // The case's bytes in its writes, the given milliseconds apart, once the connection is up.
 async function writeAll(socket: ReturnType<typeof connect>, c: Case) {
-  const connected = await once(socket, 'connect', { signal: AbortSignal.timeout(DEADLINE_MS) }).then(() => true, () => false)
+  const connected = await once(socket, 'connect', { signal: AbortSignal.timeout(DEADLINE_MS) }).then(
+    () => true,
+    () => false,
+  )
   if (!connected) return
   const ends = [...c.writes, c.bytes.length]
   for (let i = 0, from = 0; i < ends.length; from = ends[i++]) {
@@ -139,11 +214,14 @@ function readAnswers(raw: Buffer, methods: string[]): Answers {
   const answers: Answer[] = []
   let at = 0
   let interim = 0
-  for (let end; (end = raw.indexOf('\r\n\r\n', at)) >= 0; ) {
+  for (let end; (end = raw.indexOf('\r\n\r\n', at)) >= 0;) {
     const [line, ...lines] = raw.toString('latin1', at, end).split('\r\n')
     const status = /^HTTP\/1\.[01] (\d{3})(?: |$)/.exec(line)?.[1]
     if (!status) break
-    const fields = lines.map((text): [string, string] => [text.slice(0, text.indexOf(':') >>> 0).toLowerCase(), text.slice(text.indexOf(':') + 1).trim()])
+    const fields = lines.map((text): [string, string] => [
+      text.slice(0, text.indexOf(':') >>> 0).toLowerCase(),
+      text.slice(text.indexOf(':') + 1).trim(),
+    ])
     if (Number(status) < 200) {
       interim++
       at = end + 4
@@ -169,10 +247,14 @@ const closes = (answer: Answer) => /\bclose\b/i.test(field(answer, 'connection')
 // What varies between two servers given the same requests: the Date, when a post was created (each
 // server wrote it at its own instant), and /health's uptime. A Content-Length that was right stays right.
 function comparable(answer: Answer): string {
-  const body = answer.body.toString('latin1').replace(/"created_at":"[^"]*"/g, '"created_at":"…"').replace(/"uptime_s":\d+/g, '"uptime_s":…')
+  const body = answer.body
+    .toString('latin1')
+    .replace(/"created_at":"[^"]*"/g, '"created_at":"…"')
+    .replace(/"uptime_s":\d+/g, '"uptime_s":…')
   const fields = answer.fields.map(([name, value]) => {
     if (name === 'date') return [name, '…']
-    if (name === 'content-length' && Number(value) === answer.body.length) return [name, String(Buffer.byteLength(body, 'latin1'))]
+    if (name === 'content-length' && Number(value) === answer.body.length)
+      return [name, String(Buffer.byteLength(body, 'latin1'))]
     return [name, value]
   })
   return JSON.stringify([answer.interim, answer.line, fields.sort(), body])
@@ -182,11 +264,20 @@ function comparable(answer: Answer): string {
 // shape, closing the connection.
 function isRefusal(answer: Answer): boolean {
   const message = REFUSALS[answer.status]
-  return message !== undefined && answer.status !== 503 && closes(answer) && answer.body.toString('latin1') === errorBody(message) && field(answer, 'content-type') === 'application/json'
+  return (
+    message !== undefined &&
+    answer.status !== 503 &&
+    closes(answer) &&
+    answer.body.toString('latin1') === errorBody(message) &&
+    field(answer, 'content-type') === 'application/json'
+  )
 }
 
 function describeAnswers({ answers, rest }: Answers, received: Received): string {
-  const said = answers.map((a) => `${a.interim ? '100 + ' : ''}${a.status} ${a.body.toString('latin1').slice(0, 80)}${closes(a) ? ' (close)' : ''}`)
+  const said = answers.map(
+    (a) =>
+      `${a.interim ? '100 + ' : ''}${a.status} ${a.body.toString('latin1').slice(0, 80)}${closes(a) ? ' (close)' : ''}`,
+  )
   if (rest.length > 0) said.push(`and ${JSON.stringify(rest.toString('latin1').slice(0, 80))}`)
   if (said.length === 0) said.push('no answer')
   return said.join(' | ') + (received.closed ? ', closed' : '') + (received.error ? `, ${received.error}` : '')
@@ -195,7 +286,10 @@ function describeAnswers({ answers, rest }: Answers, received: Received): string
 // What ours does with each request of some bytes, by server/http1.ts called as server/wire.ts calls it:
 // answered (by the API), refused (and the connection closed), or waiting for the rest of its body.
 type Seen = { head: Head; target: string; body: Buffer; end: number; more: boolean }
-type View = ({ kind: 'answered' } & Seen) | { kind: 'refused'; status: number; reason: string; inBody?: true } | { kind: 'waiting'; for: 'head' | 'body' }
+type View =
+  | ({ kind: 'answered' } & Seen)
+  | { kind: 'refused'; status: number; reason: string; inBody?: true }
+  | { kind: 'waiting'; for: 'head' | 'body' }
 
 // The bytes as they arrived: readHead and ChunkedBody see each arrival in turn, as on the wire.
 function oursView(bytes: Buffer, arrivals: number[]): View[] {
@@ -211,7 +305,8 @@ function oursView(bytes: Buffer, arrivals: number[]): View[] {
         progress ??= { line: start, scanned: start, counted: 0, lines: 0 }
         const read = readHead(seen, start, progress)
         if (read === undefined) break
-        if ('status' in read) return [...views, refused(loneLineEnd(seen, start) ? { status: read.status, reason: LONE_EOL } : read)]
+        if ('status' in read)
+          return [...views, refused(loneLineEnd(seen, start) ? { status: read.status, reason: LONE_EOL } : read)]
         if (read.bodyLength > MAX_BODY_BYTES) return [...views, refused({ status: 413, reason: DECLARED_TOO_LARGE })]
         head = read
         body = { chunked: head.bodyLength === CHUNKED ? new ChunkedBody(MAX_BODY_BYTES) : undefined, at: head.end }
@@ -220,7 +315,14 @@ function oursView(bytes: Buffer, arrivals: number[]): View[] {
       if (next === undefined) break
       if (typeof next !== 'number') return [...views, { ...refused(next), inBody: true }]
       const content = body.chunked ? Buffer.concat(body.chunked.parts) : bytes.subarray(head.end, next)
-      views.push({ kind: 'answered', head, target: targetOf(bytes, start), body: content, end: next, more: next < bytes.length })
+      views.push({
+        kind: 'answered',
+        head,
+        target: targetOf(bytes, start),
+        body: content,
+        end: next,
+        more: next < bytes.length,
+      })
       if (!head.keepAlive) return views
       start = next
       head = progress = undefined
@@ -258,9 +360,15 @@ function bodyEnd(seen: Buffer, head: Head, body: { chunked?: ChunkedBody; at: nu
 // some of its writes, in reads of a few sizes (loopback hands a large write over in pieces), or a line
 // at a time. Undefined when none does.
 function matchingView(c: Case, ours: Answer[]): View[] | undefined {
-  const joinings = Array.from({ length: 2 ** c.writes.length }, (_, kept) => c.writes.filter((_at, i) => kept & (1 << i))).reverse()
-  const reads = [4_096, 16_384, 32_768, 65_536].filter((size) => size < c.bytes.length).map((size) => Array.from({ length: Math.floor((c.bytes.length - 1) / size) }, (_, i) => (i + 1) * size))
-  const lines = [...c.bytes.toString('latin1').matchAll(/\r\n/g)].map((m) => m.index + 2).filter((at) => at < c.bytes.length)
+  const joinings = Array.from({ length: 2 ** c.writes.length }, (_, kept) =>
+    c.writes.filter((_at, i) => kept & (1 << i)),
+  ).reverse()
+  const reads = [4_096, 16_384, 32_768, 65_536]
+    .filter((size) => size < c.bytes.length)
+    .map((size) => Array.from({ length: Math.floor((c.bytes.length - 1) / size) }, (_, i) => (i + 1) * size))
+  const lines = [...c.bytes.toString('latin1').matchAll(/\r\n/g)]
+    .map((m) => m.index + 2)
+    .filter((at) => at < c.bytes.length)
   for (const writes of [...joinings, ...reads, lines]) {
     const arrivals = [...writes, c.bytes.length]
     const views = oursView(c.bytes, arrivals)
@@ -284,15 +392,33 @@ async function judge(c: Case, got: Got, oraclePort: number): Promise<Verdict> {
   const ours = readAnswers(got.ours.raw, c.methods)
   const today = readAnswers(got.today.raw, c.methods)
   const views = matchingView(c, ours.answers)
-  const fault = serverFault(got, ours, today) ?? (await llhttpRefuses(c, views, ours.answers, readAnswers(got.oracle.raw, c.methods).answers, oraclePort))
+  const fault =
+    serverFault(got, ours, today) ??
+    (await llhttpRefuses(c, views, ours.answers, readAnswers(got.oracle.raw, c.methods).answers, oraclePort))
   if (fault) return { outcome: fault.split(':')[0], failure: fault }
-  const same = (a: Answer[], b: Answer[]) => a.length === b.length && a.every((answer, k) => comparable(answer) === comparable(b[k]))
-  if (same(ours.answers, today.answers) && ours.rest.equals(today.rest)) return { outcome: ours.answers.length === 0 ? 'same: no answer' : `same: ${ours.answers.every(isRefusal) ? 'refused' : 'answered'}` }
+  const same = (a: Answer[], b: Answer[]) =>
+    a.length === b.length && a.every((answer, k) => comparable(answer) === comparable(b[k]))
+  if (same(ours.answers, today.answers) && ours.rest.equals(today.rest))
+    return {
+      outcome:
+        ours.answers.length === 0
+          ? 'same: no answer'
+          : `same: ${ours.answers.every(isRefusal) ? 'refused' : 'answered'}`,
+    }
   const llhttpTook = (k: number) => (readAnswers(got.oracle.raw, c.methods).answers[k]?.status ?? 500) < 300
-  const reason = views && differenceReason(views, ours.answers, today.answers, { todayReset: got.today.error === 'ECONNRESET' || got.today.error === 'EPIPE', llhttpTook })
+  const reason =
+    views &&
+    differenceReason(views, ours.answers, today.answers, {
+      todayReset: got.today.error === 'ECONNRESET' || got.today.error === 'EPIPE',
+      llhttpTook,
+    })
   if (reason !== undefined && reason in DELIBERATE) return { outcome: `deliberate: ${reason}` }
-  const why = reason ?? (views ? 'no reason http1.ts or wire.ts gives' : 'ours answered unlike http1.ts reads these bytes')
-  return { outcome: 'differs from today', failure: `differs from today (${why}): ${firstDifference(ours.answers, today.answers)}` }
+  const why =
+    reason ?? (views ? 'no reason http1.ts or wire.ts gives' : 'ours answered unlike http1.ts reads these bytes')
+  return {
+    outcome: 'differs from today',
+    failure: `differs from today (${why}): ${firstDifference(ours.answers, today.answers)}`,
+  }
 }
 
 function firstDifference(ours: Answer[], today: Answer[]): string {
@@ -306,12 +432,16 @@ function firstDifference(ours: Answer[], today: Answer[]): string {
 // be reached, an answer without Date, or an answer of ours after one that closed (today's answers what
 // follows a 417 that closes: that is Node's, and counted among the differences).
 function serverFault(got: Got, ...sides: Answers[]): string | undefined {
-  for (const [name, { answers }] of [['ours', sides[0]], ['today', sides[1]]] as const) {
+  for (const [name, { answers }] of [
+    ['ours', sides[0]],
+    ['today', sides[1]],
+  ] as const) {
     const received = got[name]
     if (received.error === 'ECONNREFUSED') return `crash: ${name} refused the connection`
     for (const [k, answer] of answers.entries()) {
       const busy = answer.status === 503 && answer.body.toString() === errorBody('database is busy')
-      if (answer.status >= 500 && !busy && !(answer.status === 501 && isRefusal(answer))) return `5xx: ${name} answered ${answer.status}`
+      if (answer.status >= 500 && !busy && !(answer.status === 501 && isRefusal(answer)))
+        return `5xx: ${name} answered ${answer.status}`
       if (field(answer, 'date') === undefined) return `no Date: ${name}'s answer ${k}`
       if (name === 'ours' && k > 0 && closes(answers[k - 1])) return `answered after close: ours' answer ${k}`
     }
@@ -323,11 +453,18 @@ function serverFault(got: Got, ...sides: Answers[]): string | undefined {
 // same method, target, fields and body. llhttp answers only once it has read a body, and a fault in a
 // later request is answered first, so where the oracle did not answer each of them with a 200, it is
 // asked again with the bytes of those requests alone, as ours framed them.
-async function llhttpRefuses(c: Case, views: View[] | undefined, ours: Answer[], oracle: Answer[], oraclePort: number): Promise<string | undefined> {
+async function llhttpRefuses(
+  c: Case,
+  views: View[] | undefined,
+  ours: Answer[],
+  oracle: Answer[],
+  oraclePort: number,
+): Promise<string | undefined> {
   const answered = ours.flatMap((answer, k) => (isRefusal(answer) ? [] : [k]))
   if (answered.length === 0) return undefined
   const last = answered.at(-1)!
-  if (!views) return `unexplained: ours answered ${ours[last].status} to request ${last}, which http1.ts does not read as a request`
+  if (!views)
+    return `unexplained: ours answered ${ours[last].status} to request ${last}, which http1.ts does not read as a request`
   let echoes = oracle
   if (oracle.slice(0, last + 1).filter((echo) => echo.status < 300).length <= last) {
     const prefix = c.bytes.subarray(0, (views[last] as Seen).end)
@@ -336,7 +473,8 @@ async function llhttpRefuses(c: Case, views: View[] | undefined, ours: Answer[],
   }
   for (const k of answered) {
     const echo = echoes[k]
-    if (echo === undefined || echo.status >= 300) return `accepted what llhttp refuses: ours answered ${ours[k].status} to request ${k}; llhttp, given the bytes up to its end, ${echo ? `answered ${echo.status} ${echo.body.toString('latin1').slice(0, 60)}` : 'gave no answer'}`
+    if (echo === undefined || echo.status >= 300)
+      return `accepted what llhttp refuses: ours answered ${ours[k].status} to request ${k}; llhttp, given the bytes up to its end, ${echo ? `answered ${echo.status} ${echo.body.toString('latin1').slice(0, 60)}` : 'gave no answer'}`
     const differs = c.methods[k] !== 'HEAD' && framedOtherwise(views[k] as Seen, echo)
     if (differs) return `framed otherwise by llhttp: request ${k}'s ${differs}`
   }
@@ -353,23 +491,46 @@ function framedOtherwise(ours: Seen, echo: Answer): string | undefined {
   }
   const fields = llhttp.headers.flatMap(([name, value]) => [name.toLowerCase(), value])
   if (llhttp.method !== ours.head.method) return `method: ours ${ours.head.method}, llhttp ${llhttp.method}`
-  if (llhttp.url !== ours.target) return `target: ours ${JSON.stringify(ours.target)}, llhttp ${JSON.stringify(llhttp.url)}`
-  if (JSON.stringify(fields) !== JSON.stringify(ours.head.fields)) return `fields: ours ${JSON.stringify(ours.head.fields).slice(0, 200)}, llhttp ${JSON.stringify(fields).slice(0, 200)}`
-  if (!Buffer.from(llhttp.body, 'base64').equals(ours.body)) return `body: ours ${ours.body.length} bytes, llhttp ${Buffer.from(llhttp.body, 'base64').length}`
+  if (llhttp.url !== ours.target)
+    return `target: ours ${JSON.stringify(ours.target)}, llhttp ${JSON.stringify(llhttp.url)}`
+  if (JSON.stringify(fields) !== JSON.stringify(ours.head.fields))
+    return `fields: ours ${JSON.stringify(ours.head.fields).slice(0, 200)}, llhttp ${JSON.stringify(fields).slice(0, 200)}`
+  if (!Buffer.from(llhttp.body, 'base64').equals(ours.body))
+    return `body: ours ${ours.body.length} bytes, llhttp ${Buffer.from(llhttp.body, 'base64').length}`
   return undefined
 }
 
 // Why ours answered unlike today: the reason of the refusal (or the rule of wire.ts) at the first
 // request they answered differently, if DELIBERATE allows it given what today did.
 type Context = { todayReset: boolean; llhttpTook: (k: number) => boolean }
-function differenceReason(views: View[], ours: Answer[], today: Answer[], { todayReset, llhttpTook }: Context): string | undefined {
+function differenceReason(
+  views: View[],
+  ours: Answer[],
+  today: Answer[],
+  { todayReset, llhttpTook }: Context,
+): string | undefined {
   let k = 0
   while (k < ours.length && k < today.length && comparable(ours[k]) === comparable(today[k])) k++
   if (todayReset && today[k] === undefined && ours[k] !== undefined) return RESET_TODAY
   const view = views[k]
   // A body today never read, refused by ours and by llhttp alike, whatever the fault in it.
-  if (view?.kind === 'refused' && view.inBody && !(view.reason in DELIBERATE) && today[k] && !isRefusal(today[k]) && !llhttpTook(k)) return BODY_FAULT_UNREAD
-  if (view?.kind === 'refused' && !(view.reason in DELIBERATE) && view.status === 400 && today[k]?.status === 431 && isRefusal(today[k])) return SIZE_FIRST
+  if (
+    view?.kind === 'refused' &&
+    view.inBody &&
+    !(view.reason in DELIBERATE) &&
+    today[k] &&
+    !isRefusal(today[k]) &&
+    !llhttpTook(k)
+  )
+    return BODY_FAULT_UNREAD
+  if (
+    view?.kind === 'refused' &&
+    !(view.reason in DELIBERATE) &&
+    view.status === 400 &&
+    today[k]?.status === 431 &&
+    isRefusal(today[k])
+  )
+    return SIZE_FIRST
   const reason = reasonAt(views, k, ours[k], today[k])
   return reason !== undefined && DELIBERATE[reason]?.todayRefuses && !todayRefuses(today[k]) ? undefined : reason
 }
@@ -377,9 +538,20 @@ function differenceReason(views: View[], ours: Answer[], today: Answer[], { toda
 function reasonAt(views: View[], k: number, ours: Answer | undefined, today: Answer | undefined): string | undefined {
   const view = views[k]
   const refusedToday = today !== undefined && isRefusal(today)
-  if (view?.kind === 'refused' && ours && today && ours.interim === 0 && today.interim > 0 && comparable({ ...today, interim: 0 }) === comparable(ours)) return NO_CONTINUE
+  if (
+    view?.kind === 'refused' &&
+    ours &&
+    today &&
+    ours.interim === 0 &&
+    today.interim > 0 &&
+    comparable({ ...today, interim: 0 }) === comparable(ours)
+  )
+    return NO_CONTINUE
   // A HEAD's refusal has no body, so today's is told by its status and its close.
-  const todayClosedOnFault = today !== undefined && closes(today) && (isRefusal(today) || (today.body.length === 0 && REFUSALS[today.status] !== undefined))
+  const todayClosedOnFault =
+    today !== undefined &&
+    closes(today) &&
+    (isRefusal(today) || (today.body.length === 0 && REFUSALS[today.status] !== undefined))
   if (view?.kind === 'refused' && !(view.reason in DELIBERATE) && ours && isRefusal(ours)) {
     if (today === undefined) return SILENT_TODAY
     if (todayClosedOnFault && ours.status !== today.status) return BOTH_REFUSE
@@ -387,12 +559,14 @@ function reasonAt(views: View[], k: number, ours: Answer | undefined, today: Ans
   if (view?.kind === 'refused') return view.reason
   // After a CONNECT's head Node reads no more HTTP: it drops the connection, and the answers before it.
   const after = views.slice(k + 1).find((next) => next.kind !== 'answered')
-  if (view?.kind === 'answered' && today === undefined && after?.kind === 'refused' && after.reason === 'CONNECT') return 'CONNECT'
+  if (view?.kind === 'answered' && today === undefined && after?.kind === 'refused' && after.reason === 'CONNECT')
+    return 'CONNECT'
   if (view?.kind === 'answered' && ours && today && view.head.minor === 0 && sameButPersistence(ours, today)) {
     if (!view.head.keepAlive && closes(ours)) return CLOSE_BESIDE_KEEP_ALIVE
     if (view.head.keepAlive && view.head.method === 'HEAD' && !closes(ours)) return HEAD_KEPT_ALIVE
   }
-  if (view?.kind === 'waiting' && ours === undefined) return refusedToday ? LINE_TO_COME : view.for === 'body' ? BODY_TO_COME : undefined
+  if (view?.kind === 'waiting' && ours === undefined)
+    return refusedToday ? LINE_TO_COME : view.for === 'body' ? BODY_TO_COME : undefined
   if (view === undefined && ours === undefined && refusedToday && k > 0) return CLOSED_WITH_MORE // both closed before, today read on
   if (view?.kind !== 'answered' || !refusedToday) return undefined
   if (!view.head.keepAlive && view.more) return CLOSED_WITH_MORE
@@ -403,14 +577,18 @@ function reasonAt(views: View[], k: number, ours: Answer | undefined, today: Ans
 
 // The same answer, but for whether the connection persists: Connection and Keep-Alive.
 function sameButPersistence(ours: Answer, today: Answer): boolean {
-  const strip = (answer: Answer) => comparable({ ...answer, fields: answer.fields.filter(([name]) => name !== 'connection' && name !== 'keep-alive') })
+  const strip = (answer: Answer) =>
+    comparable({ ...answer, fields: answer.fields.filter(([name]) => name !== 'connection' && name !== 'keep-alive') })
   return closes(ours) !== closes(today) && strip(ours) === strip(today)
 }
 
 // Today refuses: as the wire does, or as its adapter does a request it cannot make a URL of.
 // (To a HEAD, the adapter's 400 has no body.)
 const todayRefuses = (answer: Answer | undefined) =>
-  answer !== undefined && (isRefusal(answer) || (answer.status === 400 && [errorBody(REFUSALS[400]), ''].includes(answer.body.toString())) || (closes(answer) && answer.body.length === 0 && REFUSALS[answer.status] !== undefined))
+  answer !== undefined &&
+  (isRefusal(answer) ||
+    (answer.status === 400 && [errorBody(REFUSALS[400]), ''].includes(answer.body.toString())) ||
+    (closes(answer) && answer.body.length === 0 && REFUSALS[answer.status] !== undefined))
 
 type Ports = { ours: number; today: number; oracle: number }
 type Run = { counts: Map<string, number>; failures: string[]; outcomes: string[] }
@@ -420,11 +598,15 @@ async function runCases(cases: Case[], ports: Ports): Promise<Run> {
   const run: Run = { counts: new Map(), failures: [], outcomes: new Array(cases.length) }
   let next = 0
   const lane = async () => {
-    for (let i; (i = next++) < cases.length; ) {
+    for (let i; (i = next++) < cases.length;) {
       // As many answers as the case has requests, or as ours will give: a mutation can make more.
       const answers = oursView(cases[i].bytes, [cases[i].bytes.length]).filter((view) => view.kind !== 'waiting').length
       const c = { ...cases[i], requests: Math.max(cases[i].requests, answers) }
-      const [ours, today, oracle] = await Promise.all([send(ports.ours, c), send(ports.today, c), send(ports.oracle, c)])
+      const [ours, today, oracle] = await Promise.all([
+        send(ports.ours, c),
+        send(ports.today, c),
+        send(ports.oracle, c),
+      ])
       const verdict = await judge(c, { ours, today, oracle }, ports.oracle)
       run.outcomes[i] = verdict.outcome
       run.counts.set(verdict.outcome, (run.counts.get(verdict.outcome) ?? 0) + 1)
@@ -436,8 +618,12 @@ async function runCases(cases: Case[], ports: Ports): Promise<Run> {
 }
 
 function report(c: Case, failure: string, got: Got): string {
-  const said = (name: keyof Got) => `    ${name.padEnd(6)} ${describeAnswers(readAnswers(got[name].raw, c.methods), got[name])}`
-  const bytes = c.bytes.length > 600 ? `${JSON.stringify(c.bytes.toString('latin1').slice(0, 600))}… (${c.bytes.length} bytes)` : JSON.stringify(c.bytes.toString('latin1'))
+  const said = (name: keyof Got) =>
+    `    ${name.padEnd(6)} ${describeAnswers(readAnswers(got[name].raw, c.methods), got[name])}`
+  const bytes =
+    c.bytes.length > 600
+      ? `${JSON.stringify(c.bytes.toString('latin1').slice(0, 600))}… (${c.bytes.length} bytes)`
+      : JSON.stringify(c.bytes.toString('latin1'))
   return `${failure}\n  ${c.name}\n  bytes ${bytes}, written from ${JSON.stringify([0, ...c.writes])}\n${said('ours')}\n${said('today')}\n${said('oracle')}`
 }
 
@@ -447,7 +633,11 @@ function byKind(failures: string[]): string[] {
   return [...kinds].flatMap(([kind, all]) => [`${kind}: ${all.length}`, ...all.slice(0, 3)])
 }
 
-const summary = (run: Run) => [...run.counts].sort(([a], [b]) => a.localeCompare(b)).map(([outcome, n]) => `${outcome}: ${n}`).join('\n')
+const summary = (run: Run) =>
+  [...run.counts]
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([outcome, n]) => `${outcome}: ${n}`)
+    .join('\n')
 
 // Differences ours makes on purpose, one or more requests each, so that every entry of DELIBERATE is
 // seen to be needed, whatever the seed draws.
@@ -462,23 +652,60 @@ const DELIBERATE_EXAMPLES: [string, string, string[], number[]?][] = [
   [BOTH_REFUSE, 'GET /feed HTTP/1.1\r\nHost: test\r\nExpect: nothing\r\nTransfer-Encoding: chunked\t\r\n\r\n', ['GET']],
   ['a NUL or a bare CR or LF in the head', 'GET /posts/7\nHo', ['GET']],
   [SILENT_TODAY, 'GET /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\t\r\nX-Pad: p', ['GET']],
-  [NO_CONTINUE, 'POST /posts HTTP/1.1\r\nHost: test\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\t\r\n\r\n0\r\n\r\n', ['POST']],
+  [
+    NO_CONTINUE,
+    'POST /posts HTTP/1.1\r\nHost: test\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\t\r\n\r\n0\r\n\r\n',
+    ['POST'],
+  ],
   ['a Host that is not host[:port]', 'GET /health HTTP/1.1\r\nHost: a%41\r\n\r\n', ['GET']],
   ['a request line that is not method SP target SP HTTP/1.x', 'GET  /health HTTP/1.1\r\nHost: test\r\n\r\n', ['GET']],
   ['not HTTP/1.0 or HTTP/1.1', 'GET /health HTTP/2.0\r\nHost: test\r\n\r\n', ['GET']],
   [LONE_EOL, '\rGET /health HTTP/1.1\r\nHost: test\r\n\r\n', ['GET']],
   ['a head over 16 KB', `GET /feed HTTP/1.1\r\nHost: test\r\nBad Name: x\r\nX: ${'a'.repeat(33_000)}\r\n\r\n`, ['GET']],
   [DECLARED_TOO_LARGE, 'GET /feed HTTP/1.1\r\nHost: test\r\nContent-Length: 16385\r\n\r\n', ['GET']],
-  ['a chunked body over the limit', `GET /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n4001\r\n${' '.repeat(16385)}\r\n0\r\n\r\n`, ['GET']],
-  ['an expectation other than 100-continue', 'POST /posts HTTP/1.1\r\nHost: test\r\nExpect: 100-continue, foo\r\nContent-Length: 2\r\n\r\n{}', ['POST']],
-  ['a Transfer-Encoding whose last coding is not chunked, once', 'GET /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: gzip\r\nExpect: \r\n\r\n', ['GET']],
-  ['a chunk size line that is not hex digits and extensions', 'POST /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n0;=b\r\n\r\n', ['POST']],
+  [
+    'a chunked body over the limit',
+    `GET /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n4001\r\n${' '.repeat(16385)}\r\n0\r\n\r\n`,
+    ['GET'],
+  ],
+  [
+    'an expectation other than 100-continue',
+    'POST /posts HTTP/1.1\r\nHost: test\r\nExpect: 100-continue, foo\r\nContent-Length: 2\r\n\r\n{}',
+    ['POST'],
+  ],
+  [
+    'a Transfer-Encoding whose last coding is not chunked, once',
+    'GET /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: gzip\r\nExpect: \r\n\r\n',
+    ['GET'],
+  ],
+  [
+    'a chunk size line that is not hex digits and extensions',
+    'POST /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n0;=b\r\n\r\n',
+    ['POST'],
+  ],
   [SIZE_FIRST, `GET /feed HTTP/1.1\r\nHost: test\r\nX: ${'a'.repeat(16_400)}\r\nBad Name: x\r\n\r\n`, ['GET']],
-  ['a transfer coding other than chunked', 'GET /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n', ['GET']],
-  ['Transfer-Encoding in an HTTP/1.0 request', 'POST /posts HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n', ['POST']],
-  [CLOSED_WITH_MORE, 'GET /health HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\nGET /feed HTTP/1.1\r\nHost: test\r\n\r\n', ['GET', 'GET']],
+  [
+    'a transfer coding other than chunked',
+    'GET /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n',
+    ['GET'],
+  ],
+  [
+    'Transfer-Encoding in an HTTP/1.0 request',
+    'POST /posts HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n',
+    ['POST'],
+  ],
+  [
+    CLOSED_WITH_MORE,
+    'GET /health HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\nGET /feed HTTP/1.1\r\nHost: test\r\n\r\n',
+    ['GET', 'GET'],
+  ],
   [LATER_FAULT, 'GET /health HTTP/1.1\r\nHost: test\r\n\r\nGET /feed HTTP/1.1\r\nHost : test\r\n\r\n', ['GET', 'GET']],
-  [BODY_FAULT_UNREAD, 'POST /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabcd\r\n0\r\n\r\n', ['POST'], [66]],
+  [
+    BODY_FAULT_UNREAD,
+    'POST /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabcd\r\n0\r\n\r\n',
+    ['POST'],
+    [66],
+  ],
   [HEAD_KEPT_ALIVE, 'HEAD /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\n', ['HEAD']],
   [CLOSE_BESIDE_KEEP_ALIVE, 'GET /health HTTP/1.0\r\nConnection: keep-alive\r\nConnection: close\r\n\r\n', ['GET']],
   [BODY_TO_COME, 'GET /health HTTP/1.1\r\nHost: test\r\nContent-Length: 10\r\n\r\n{}', ['GET']],
@@ -490,15 +717,39 @@ const REGRESSIONS: [string, string, string[]][] = [
   // Node 26 refuses a head of more than 1,000 field lines (431, HPE_HEADER_OVERFLOW), however small.
   ['1,001 field lines', `GET /health HTTP/1.1\r\nHost: test\r\n${'a: b\r\n'.repeat(1000)}\r\n`, ['GET']],
   // Node counts a value's trailing whitespace toward 16 KB (not its leading): ours trims it first.
-  ['16,383 bytes of head but for a space after a value', `GET / HTTP/1.1\r\nHost: t\r\nX: ${'v'.repeat(16_376)} \r\n\r\n`, ['GET']],
+  [
+    '16,383 bytes of head but for a space after a value',
+    `GET / HTTP/1.1\r\nHost: t\r\nX: ${'v'.repeat(16_376)} \r\n\r\n`,
+    ['GET'],
+  ],
   // llhttp refuses Content-Length and Transfer-Encoding among trailer fields; ours ignores any trailer.
-  ['Content-Length in a trailer', 'POST /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nContent-Length: 5\r\n\r\n', ['POST']],
-  ['Transfer-Encoding in a trailer', 'POST /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nTransfer-Encoding: chunked\r\n\r\n', ['POST']],
+  [
+    'Content-Length in a trailer',
+    'POST /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nContent-Length: 5\r\n\r\n',
+    ['POST'],
+  ],
+  [
+    'Transfer-Encoding in a trailer',
+    'POST /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nTransfer-Encoding: chunked\r\n\r\n',
+    ['POST'],
+  ],
   // llhttp refuses a Transfer-Encoding with whitespace or an empty element after chunked; ours reads it chunked.
-  ['Transfer-Encoding: chunked and a tab', 'POST /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\t\r\n\r\n0\r\n\r\n', ['POST']],
-  ['Transfer-Encoding: chunked and a comma', 'POST /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked,\r\n\r\n0\r\n\r\n', ['POST']],
+  [
+    'Transfer-Encoding: chunked and a tab',
+    'POST /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\t\r\n\r\n0\r\n\r\n',
+    ['POST'],
+  ],
+  [
+    'Transfer-Encoding: chunked and a comma',
+    'POST /health HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked,\r\n\r\n0\r\n\r\n',
+    ['POST'],
+  ],
   // After a CONNECT's head llhttp reads no more HTTP, and Node closes; ours answers it and reads on.
-  ['CONNECT with a path, then a request', 'CONNECT /health HTTP/1.1\r\nHost: test\r\n\r\nGET /feed HTTP/1.1\r\nHost: test\r\n\r\n', ['CONNECT', 'GET']],
+  [
+    'CONNECT with a path, then a request',
+    'CONNECT /health HTTP/1.1\r\nHost: test\r\n\r\nGET /feed HTTP/1.1\r\nHost: test\r\n\r\n',
+    ['CONNECT', 'GET'],
+  ],
   // Hosts today's adapter refuses (400) and ours serves: a port past 65535 (a URL that is no URL), an
   // empty port, a percent-encoded octet.
   ['a Host whose port is past 65535', 'GET /health HTTP/1.1\r\nHost: t:99999\r\n\r\n', ['GET']],
@@ -514,7 +765,11 @@ api.maxConnections = 0
 api.server.listen(0, '127.0.0.1', () => console.log('listening on http://127.0.0.1:' + api.server.address().port))
 `
 
-type Three = { servers: Record<keyof Ports, Server>; ports: Ports; tokens: { ghost: string; user: string; expired: string; writers: string[] } }
+type Three = {
+  servers: Record<keyof Ports, Server>
+  ports: Ports
+  tokens: { ghost: string; user: string; expired: string; writers: string[] }
+}
 
 // The three servers, each a process of its own, ours and today's on copies of one database; and the
 // tokens the cases carry.
@@ -527,29 +782,51 @@ async function startThree(db: ReturnType<typeof smallDatabase>): Promise<Three> 
   const env = { JWT_SECRET: DEFAULT_SECRET }
   const [ours, today, oracle] = await Promise.all([
     startServer(process.execPath, ['dist/app.js'], { env: { ...env, HTTP_SERVER: 'net', SQLITE_PATH: copies[0] } }),
-    startServer(process.execPath, ['dist/app.js'], { env: { ...env, HTTP_SERVER: 'node-server', SQLITE_PATH: copies[1] } }),
+    startServer(process.execPath, ['dist/app.js'], {
+      env: { ...env, HTTP_SERVER: 'node-server', SQLITE_PATH: copies[1] },
+    }),
     // echo-server.ts's handler reads a body with no catch: a body llhttp refuses midway rejects it,
     // and the rejection would end the process. Warned of instead, the oracle keeps answering.
-    startServer(process.execPath, ['--unhandled-rejections=warn', '--experimental-import-text', '--disable-warning=ExperimentalWarning', 'test/echo-server.ts'], { env: { HTTP_SERVER: 'llhttp' } }),
+    startServer(
+      process.execPath,
+      [
+        '--unhandled-rejections=warn',
+        '--experimental-import-text',
+        '--disable-warning=ExperimentalWarning',
+        'test/echo-server.ts',
+      ],
+      { env: { HTTP_SERVER: 'llhttp' } },
+    ),
   ])
   const servers = { ours, today, oracle }
   const port = (server: Server) => Number(new URL(server.url).port)
   const [ghost, user, expired, ...writers] = await Promise.all([
-    db.tokenFor(999_999), db.tokenFor(4), makeToken({ ...claims('4'), exp: now() - 60 }), ...[5, 6, 7, 8, 9].map((id) => db.tokenFor(id)),
+    db.tokenFor(999_999),
+    db.tokenFor(4),
+    makeToken({ ...claims('4'), exp: now() - 60 }),
+    ...[5, 6, 7, 8, 9].map((id) => db.tokenFor(id)),
   ])
-  return { servers, ports: { ours: port(ours), today: port(today), oracle: port(oracle) }, tokens: { ghost, user, expired, writers } }
+  return {
+    servers,
+    ports: { ours: port(ours), today: port(today), oracle: port(oracle) },
+    tokens: { ghost, user, expired, writers },
+  }
 }
 
 const health = fixedCase(0, 'health', 'GET /health HTTP/1.1\r\nHost: test\r\n\r\n', ['GET'])
 const feed = fixedCase(0, 'feed', 'GET /feed HTTP/1.1\r\nHost: test\r\n\r\n', ['GET'])
 const firstAnswer = (received: Received) => readAnswers(received.raw, ['GET']).answers[0]
 
-describe('differential fuzzing: ours (node:net) against today\'s (node:http) and llhttp', { timeout: 150_000 }, () => {
+describe("differential fuzzing: ours (node:net) against today's (node:http) and llhttp", { timeout: 150_000 }, () => {
   const db = smallDatabase()
   let three: Three
   before(async () => (three = await startThree(db)))
   after(async () => {
-    await within(Promise.all(Object.values(three?.servers ?? {}).map((server) => server.stop())), 15_000, 'the three servers to exit on SIGTERM')
+    await within(
+      Promise.all(Object.values(three?.servers ?? {}).map((server) => server.stop())),
+      15_000,
+      'the three servers to exit on SIGTERM',
+    )
     db.remove()
   })
 
@@ -560,30 +837,55 @@ describe('differential fuzzing: ours (node:net) against today\'s (node:http) and
     const failures = runs.flatMap((run) => run.failures)
     t.diagnostic(runs.map((run, i) => `${cases[i].name}: ${run.outcomes[0]}`).join('\n'))
     assert.deepEqual(failures, [], failures.join('\n\n'))
-    assert.ok(runs.every((run) => run.outcomes[0] === 'same: answered'), 'every write answered alike')
+    assert.ok(
+      runs.every((run) => run.outcomes[0] === 'same: answered'),
+      'every write answered alike',
+    )
   })
 
   test(`${CASES} fuzzed cases (seed ${SEED}): no crash, nothing llhttp refuses taken, answers as today's or a deliberate difference`, async (t) => {
     console.log(`differential fuzzing: FUZZ_SEED=${SEED} FUZZ_CASES=${CASES}`)
     const started = performance.now()
     const run = await runCases(generateCases(SEED, CASES, three.tokens), three.ports)
-    t.diagnostic(`seed ${SEED}, ${CASES} cases in ${((performance.now() - started) / 1000).toFixed(1)} s\n${summary(run)}`)
-    if (process.env.FUZZ_REPORT) writeFileSync(process.env.FUZZ_REPORT, `FUZZ_SEED=${SEED} FUZZ_CASES=${CASES}\n${summary(run)}\n\n${run.failures.join('\n\n')}\n`)
-    assert.equal(run.failures.length, 0, `${run.failures.length} failures (FUZZ_SEED=${SEED}), up to 3 of each kind:\n\n${byKind(run.failures).join('\n\n')}`)
+    t.diagnostic(
+      `seed ${SEED}, ${CASES} cases in ${((performance.now() - started) / 1000).toFixed(1)} s\n${summary(run)}`,
+    )
+    if (process.env.FUZZ_REPORT)
+      writeFileSync(
+        process.env.FUZZ_REPORT,
+        `FUZZ_SEED=${SEED} FUZZ_CASES=${CASES}\n${summary(run)}\n\n${run.failures.join('\n\n')}\n`,
+      )
+    assert.equal(
+      run.failures.length,
+      0,
+      `${run.failures.length} failures (FUZZ_SEED=${SEED}), up to 3 of each kind:\n\n${byKind(run.failures).join('\n\n')}`,
+    )
   })
 
   test('each deliberate difference is one', async () => {
-    const cases = DELIBERATE_EXAMPLES.map(([reason, text, methods, writes], i) => fixedCase(i, reason, text, methods, writes))
+    const cases = DELIBERATE_EXAMPLES.map(([reason, text, methods, writes], i) =>
+      fixedCase(i, reason, text, methods, writes),
+    )
     const run = await runCases(cases, three.ports)
     assert.deepEqual(run.failures, [], run.failures.join('\n\n'))
-    assert.deepEqual(run.outcomes, DELIBERATE_EXAMPLES.map(([reason]) => `deliberate: ${reason}`))
+    assert.deepEqual(
+      run.outcomes,
+      DELIBERATE_EXAMPLES.map(([reason]) => `deliberate: ${reason}`),
+    )
     // A reset is a race between the kernels, not a rule of the reader: no bytes make one every time.
     const exemplified = Object.keys(DELIBERATE).filter((reason) => reason !== RESET_TODAY)
-    assert.deepEqual(exemplified.sort(), [...new Set(DELIBERATE_EXAMPLES.map(([reason]) => reason))].sort(), 'one example for each deliberate difference')
+    assert.deepEqual(
+      exemplified.sort(),
+      [...new Set(DELIBERATE_EXAMPLES.map(([reason]) => reason))].sort(),
+      'one example for each deliberate difference',
+    )
   })
 
   test('regression cases the fuzzing found', async () => {
-    const run = await runCases(REGRESSIONS.map(([name, text, methods], i) => fixedCase(i, name, text, methods)), three.ports)
+    const run = await runCases(
+      REGRESSIONS.map(([name, text, methods], i) => fixedCase(i, name, text, methods)),
+      three.ports,
+    )
     assert.deepEqual(run.failures, [], run.failures.join('\n\n'))
   })
 
@@ -597,7 +899,9 @@ describe('differential fuzzing: ours (node:net) against today\'s (node:http) and
 
   // The fuzzing writes nothing, so both databases still hold what the writes left: the same feed.
   test('both databases still hold the same posts', async () => {
-    const [ours, today] = (await Promise.all([send(three.ports.ours, feed), send(three.ports.today, feed)])).map(firstAnswer)
+    const [ours, today] = (await Promise.all([send(three.ports.ours, feed), send(three.ports.today, feed)])).map(
+      firstAnswer,
+    )
     assert.ok(ours && today && ours.status === 200, 'both answer the feed')
     assert.equal(comparable(ours), comparable(today))
   })
@@ -607,9 +911,22 @@ describe('differential fuzzing: ours (node:net) against today\'s (node:http) and
 // past 65535 once made that an exception that ended the process. It is refused as it is read now.
 describe('a regression the fuzzing found, over capacity', { timeout: 30_000 }, () => {
   test('a Host whose port is past 65535 is a 400, and the server lives on', async () => {
-    const full = await startServer(process.execPath, ['--experimental-import-text', '--disable-warning=ExperimentalWarning', '--input-type=module', '-e', OVER_CAPACITY], { env: {} })
+    const full = await startServer(
+      process.execPath,
+      [
+        '--experimental-import-text',
+        '--disable-warning=ExperimentalWarning',
+        '--input-type=module',
+        '-e',
+        OVER_CAPACITY,
+      ],
+      { env: {} },
+    )
     try {
-      const answer = await send(Number(new URL(full.url).port), fixedCase(0, 'over capacity', 'GET /feed HTTP/1.1\r\nHost: t:99999\r\n\r\n', ['GET']))
+      const answer = await send(
+        Number(new URL(full.url).port),
+        fixedCase(0, 'over capacity', 'GET /feed HTTP/1.1\r\nHost: t:99999\r\n\r\n', ['GET']),
+      )
       await sleep(100) // an exception that ends the process shows by then: the time is the test
       assert.equal(full.child.exitCode, null, `the server ended: ${full.output().slice(-300)}`)
       assert.equal(firstAnswer(answer)?.status, 400, answer.raw.toString('latin1'))

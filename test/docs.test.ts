@@ -7,7 +7,13 @@ import { dirname, join, relative, resolve } from 'node:path'
 import { describe, test } from 'node:test'
 import { ROOT } from '../harness/tools.ts'
 
-const DOCS = ['README.md', 'BENCHMARKS.md', 'bench/README.md', 'challenge/README.md', ...readdirSync(join(ROOT, 'docs')).map((f) => `docs/${f}`)]
+const DOCS = [
+  'README.md',
+  'BENCHMARKS.md',
+  'bench/README.md',
+  'challenge/README.md',
+  ...readdirSync(join(ROOT, 'docs')).map((f) => `docs/${f}`),
+]
 
 // Each line of a Markdown file outside its fenced code blocks, with its number.
 function* prose(file: string): Generator<[string, number]> {
@@ -26,7 +32,10 @@ function anchors(file: string): Set<string> {
     const heading = /^#{1,6}\s+(.*?)\s*#*\s*$/.exec(line)
     if (!heading) continue
     const text = heading[1].replace(/\[([^\]]*)\]\([^)]*\)/g, '$1')
-    const slug = text.toLowerCase().replace(/[^\p{L}\p{N}\s_-]/gu, '').replace(/ /g, '-')
+    const slug = text
+      .toLowerCase()
+      .replace(/[^\p{L}\p{N}\s_-]/gu, '')
+      .replace(/ /g, '-')
     seen.set(slug, (seen.get(slug) ?? -1) + 1)
     if (seen.get(slug)! > 0) seen.set(`${slug}-${seen.get(slug)}`, 0)
   }
@@ -44,7 +53,8 @@ function brokenLinks(file: string): string[] {
       const where = `${relative(ROOT, file)}:${number} ${target}`
       if (!existsSync(dest)) broken.push(`no such file: ${where}`)
       else if (anchor === undefined) continue
-      else if (statSync(dest).isDirectory() || !dest.endsWith('.md')) broken.push(`an anchor on a file with no headings: ${where}`)
+      else if (statSync(dest).isDirectory() || !dest.endsWith('.md'))
+        broken.push(`an anchor on a file with no headings: ${where}`)
       else if (!anchors(dest).has(anchor)) broken.push(`no such heading: ${where}`)
     }
   }
@@ -61,6 +71,9 @@ describe('the documentation', () => {
   test('finds a dead link and a dead anchor', () => {
     const file = join(mkdtempSync(join(tmpdir(), 'docs-')), 'dead.md')
     writeFileSync(file, '# Here\n\n[ok](#here) [file](nowhere.md) [heading](#gone) `[code](nowhere.md)`\n')
-    assert.deepEqual(brokenLinks(file).map((why) => why.split(':')[0]), ['no such file', 'no such heading'])
+    assert.deepEqual(
+      brokenLinks(file).map((why) => why.split(':')[0]),
+      ['no such file', 'no such heading'],
+    )
   })
 })

@@ -34,18 +34,28 @@ function bareNodeHttp() {
     }
     const headers = []
     for (let i = 0; i < req.rawHeaders.length; i += 2) headers.push([req.rawHeaders[i], req.rawHeaders[i + 1]])
-    const body = JSON.stringify({ method: req.method, url: req.url, headers, body: Buffer.concat(chunks).toString('base64') })
+    const body = JSON.stringify({
+      method: req.method,
+      url: req.url,
+      headers,
+      body: Buffer.concat(chunks).toString('base64'),
+    })
     res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) }).end(body)
   })
   server.on('clientError', (error: NodeJS.ErrnoException, socket) => {
     if (!socket.writable) return socket.destroy()
     const body = JSON.stringify({ error: error.code ?? 'unknown' })
-    socket.end(`HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`)
+    socket.end(
+      `HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`,
+    )
   })
   return server
 }
 
-const server = mode === 'llhttp' ? bareNodeHttp() : (mode === 'node-server' ? createNodeServer(echo.fetch) : createWireServer(echo.fetch, MAX_BODY_BYTES)).server
+const server =
+  mode === 'llhttp'
+    ? bareNodeHttp()
+    : (mode === 'node-server' ? createNodeServer(echo.fetch) : createWireServer(echo.fetch, MAX_BODY_BYTES)).server
 server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
   console.log(`listening on http://127.0.0.1:${(server.address() as AddressInfo).port}`)
 })

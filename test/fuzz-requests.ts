@@ -4,7 +4,12 @@
 import { mulberry32 } from '../random.ts'
 import { MAX_HEADER_BYTES } from '../server/http1.ts'
 
-export type Random = { next: () => number; int: (n: number) => number; pick: <T>(list: readonly T[]) => T; chance: (p: number) => boolean }
+export type Random = {
+  next: () => number
+  int: (n: number) => number
+  pick: <T>(list: readonly T[]) => T
+  chance: (p: number) => boolean
+}
 
 // Draws from the seed's generator (random.ts), for the fuzzed requests here and test/hostile.test.ts's.
 export function randomFrom(seed: number): Random {
@@ -47,7 +52,13 @@ const CRLF = '\r\n'
 const utf8 = (text: string) => Buffer.from(text, 'utf8').toString('latin1')
 const HOSTS = ['test', 'localhost:3000', 'example.com', '127.0.0.1:8080', 'api.example.org']
 
-function draft(method: string, target: string, fields: [string, string][], body: string | Chunked = '', version = 'HTTP/1.1'): Draft {
+function draft(
+  method: string,
+  target: string,
+  fields: [string, string][],
+  body: string | Chunked = '',
+  version = 'HTTP/1.1',
+): Draft {
   const lines = [`${method} ${target} ${version}`, ...fields.map(([name, value]) => `${name}: ${value}`)]
   return { method, before: '', lines, ends: lines.map(() => CRLF), blank: CRLF, body }
 }
@@ -58,12 +69,18 @@ function encode(d: Draft): Buffer {
 }
 
 function encodeChunked(body: Chunked): string {
-  return body.chunks.map((c) => `${c.size}${c.ext}${CRLF}${c.data}${c.end}`).join('') + body.last + CRLF + body.trailers.map((t) => t + CRLF).join('') + body.end
+  return (
+    body.chunks.map((c) => `${c.size}${c.ext}${CRLF}${c.data}${c.end}`).join('') +
+    body.last +
+    CRLF +
+    body.trailers.map((t) => t + CRLF).join('') +
+    body.end
+  )
 }
 
 function chunked(r: Random, data: string): Chunked {
   const pieces: string[] = []
-  for (let rest = data; rest.length > 0; ) {
+  for (let rest = data; rest.length > 0;) {
     const take = r.chance(0.5) ? rest.length : 1 + r.int(rest.length)
     pieces.push(rest.slice(0, take))
     rest = rest.slice(take)
@@ -89,7 +106,16 @@ function withBody(r: Random, method: string, target: string, fields: [string, st
   return draft(method, target, [...fields, ['Content-Length', String(body.length)]], body)
 }
 
-const POST_BODIES = ['{"body":"hello"}', utf8('{"body":"héllo ✓ 😀"}'), '{"body":"x"}', '{"nobody":1}', 'not json', '', `{"body":"${'y'.repeat(501)}"}`, '{"body":"a","body":"b"}']
+const POST_BODIES = [
+  '{"body":"hello"}',
+  utf8('{"body":"héllo ✓ 😀"}'),
+  '{"body":"x"}',
+  '{"nobody":1}',
+  'not json',
+  '',
+  `{"body":"${'y'.repeat(501)}"}`,
+  '{"body":"a","body":"b"}',
+]
 
 // The valid requests of the API the cases start from: reads, writes that cannot write, wrong paths and
 // methods.
@@ -97,18 +123,56 @@ function template(r: Random, tokens: Tokens): Draft {
   const fields = baseFields(r)
   const auth = (token: string): [string, string] => ['Authorization', `Bearer ${token}`]
   switch (r.int(12)) {
-    case 0: return draft('GET', r.pick(['/feed', '/feed?limit=5', '/feed/']), fields)
-    case 1: return draft('GET', r.pick(['/health', '/health?probe=1']), fields)
-    case 2: return draft('GET', `/posts/${r.pick(['1', '7', '42', '100', '0', '101', '99999', 'abc', '1e3', '%31'])}`, fields)
-    case 3: return draft('GET', r.pick(['/', '/nope', '/posts', '/posts/1/like', '/posts/1/x', '/FEED', '/favicon.ico']), fields)
-    case 4: return draft(r.pick(['DELETE', 'PUT', 'PATCH', 'OPTIONS']), r.pick(['/posts/1', '/feed', '/health', '/posts']), fields)
-    case 5: return draft('HEAD', r.pick(['/feed', '/posts/3', '/health', '/nope', '/posts/abc']), fields)
-    case 6: return withBody(r, 'POST', '/posts', [...fields, auth(tokens.ghost), ['Content-Type', 'application/json']], r.pick(POST_BODIES))
-    case 7: return withBody(r, 'POST', '/posts', [...fields, auth(tokens.user), ['Content-Type', 'application/json']], r.pick(['{"body":""}', '{"body":null}', '[]']))
-    case 8: return withBody(r, 'POST', '/posts', [...fields, ...(r.chance(0.5) ? [auth(r.pick([tokens.expired, 'not.a.token']))] : [])], '{"body":"hi"}')
-    case 9: return like(r, fields, auth(tokens.ghost), String(1 + r.int(100)))
-    case 10: return like(r, fields, auth(tokens.user), String(100_000 + r.int(900_000)))
-    default: return withBody(r, 'POST', r.pick(['/feed', '/health', '/posts/1']), fields, '{"body":"misplaced"}')
+    case 0:
+      return draft('GET', r.pick(['/feed', '/feed?limit=5', '/feed/']), fields)
+    case 1:
+      return draft('GET', r.pick(['/health', '/health?probe=1']), fields)
+    case 2:
+      return draft('GET', `/posts/${r.pick(['1', '7', '42', '100', '0', '101', '99999', 'abc', '1e3', '%31'])}`, fields)
+    case 3:
+      return draft(
+        'GET',
+        r.pick(['/', '/nope', '/posts', '/posts/1/like', '/posts/1/x', '/FEED', '/favicon.ico']),
+        fields,
+      )
+    case 4:
+      return draft(
+        r.pick(['DELETE', 'PUT', 'PATCH', 'OPTIONS']),
+        r.pick(['/posts/1', '/feed', '/health', '/posts']),
+        fields,
+      )
+    case 5:
+      return draft('HEAD', r.pick(['/feed', '/posts/3', '/health', '/nope', '/posts/abc']), fields)
+    case 6:
+      return withBody(
+        r,
+        'POST',
+        '/posts',
+        [...fields, auth(tokens.ghost), ['Content-Type', 'application/json']],
+        r.pick(POST_BODIES),
+      )
+    case 7:
+      return withBody(
+        r,
+        'POST',
+        '/posts',
+        [...fields, auth(tokens.user), ['Content-Type', 'application/json']],
+        r.pick(['{"body":""}', '{"body":null}', '[]']),
+      )
+    case 8:
+      return withBody(
+        r,
+        'POST',
+        '/posts',
+        [...fields, ...(r.chance(0.5) ? [auth(r.pick([tokens.expired, 'not.a.token']))] : [])],
+        '{"body":"hi"}',
+      )
+    case 9:
+      return like(r, fields, auth(tokens.ghost), String(1 + r.int(100)))
+    case 10:
+      return like(r, fields, auth(tokens.user), String(100_000 + r.int(900_000)))
+    default:
+      return withBody(r, 'POST', r.pick(['/feed', '/health', '/posts/1']), fields, '{"body":"misplaced"}')
   }
 }
 
@@ -118,7 +182,13 @@ function like(r: Random, fields: [string, string][], auth: [string, string], id:
   const how = r.int(4)
   if (how === 0) return draft('POST', target, [...fields, auth])
   if (how === 1) return draft('POST', target, [...fields, auth, ['Content-Length', '0']])
-  if (how === 2) return draft('POST', target, [...fields, auth, ['Transfer-Encoding', 'chunked']], { chunks: [], last: '0', trailers: [], end: CRLF })
+  if (how === 2)
+    return draft('POST', target, [...fields, auth, ['Transfer-Encoding', 'chunked']], {
+      chunks: [],
+      last: '0',
+      trailers: [],
+      end: CRLF,
+    })
   return withBody(r, 'POST', target, [...fields, auth], '{}')
 }
 
@@ -137,7 +207,8 @@ function vary(r: Random, d: Draft): string[] {
   return said
 }
 
-const fieldIndex = (d: Draft, name: string) => d.lines.findIndex((line, i) => i > 0 && line.slice(0, line.indexOf(':')).toLowerCase() === name)
+const fieldIndex = (d: Draft, name: string) =>
+  d.lines.findIndex((line, i) => i > 0 && line.slice(0, line.indexOf(':')).toLowerCase() === name)
 
 function addField(d: Draft, name: string, value: string, at = d.lines.length) {
   d.lines.splice(at, 0, `${name}: ${value}`)
@@ -145,7 +216,7 @@ function addField(d: Draft, name: string, value: string, at = d.lines.length) {
 }
 
 function removeField(d: Draft, name: string) {
-  for (let i; (i = fieldIndex(d, name)) > 0; ) (d.lines.splice(i, 1), d.ends.splice(i, 1))
+  for (let i; (i = fieldIndex(d, name)) > 0;) (d.lines.splice(i, 1), d.ends.splice(i, 1))
 }
 
 function setField(d: Draft, name: string, value: string) {
@@ -172,26 +243,200 @@ const fieldLine = (r: Random, d: Draft) => (d.lines.length > 1 ? 1 + r.int(d.lin
 // Each mutation changes a draft in place and says what it did, or returns undefined where it cannot apply.
 type Mutation = (r: Random, d: Draft) => string | undefined
 
-const BAD_LENGTHS = ['-1', '+5', '5 5', '0x10', '5,5', '5, 5', '', '1e3', '99999999999999999999', '18446744073709551616', '00000000000000000005', '٥', ' 0', '4\t', '3.0']
-const ODD_CODINGS = ['chunked, chunked', 'gzip, chunked', 'chunked, gzip', 'identity', 'Chunked', 'CHUNKED', ' chunked', 'chunked;q=1', 'x-chunked', 'chunked\t', 'chunked,', ',chunked', 'gzip', 'deflate, chunked', 'chunked , identity']
-const HOST_VALUES = ['', 't:99999', 't:70000', 'T', 'EXAMPLE.com', '[::1]', '[::1]:8080', 'a b', 'a@b', 'a%41', 'a%zz', 'xn--e1a', utf8('é.example'), 't:', 't:0', 't:080', ':80', 't.', '..', '1.2.3.4', '[v1.x]', 'a_b', 'a,b', 'a;b', 't:8080:1']
-const METHODS = ['get', 'FOO', 'GETT', 'PRI', 'CONNECT', 'OPTIONS', 'TRACE', 'M-SEARCH', 'PROPFIND', 'LINK', 'QUERY', 'SOURCE', 'PURGE', 'G ET', 'GET\t', '', 'HEAD', 'POST', 'ACL', 'MKCOL', 'G-T', 'GET-']
-const VERSIONS = ['HTTP/1.2', 'HTTP/2.0', 'HTTP/0.9', 'HTTP/1.', 'HTTP/1', 'HTTP/1.10', 'http/1.1', 'HTTP/11', 'HTTP/1.1 ', 'HTTP/ 1.1', 'HTTP/1.0', 'HTTP/1.1x', 'HTTP/3.0', 'HTTP/9.1', 'HTTP\\1.1', 'HTTP/01.1']
-const TARGETS = [
-  'http://test/feed', 'http://test:80/posts/1', 'https://x.example/health', 'ftp://x/feed', 'HTTP://test/feed', 'http://[::1]/feed', 'http://user@test/feed', 'http://test',
-  'http:/feed', '*', 'test:80', '//feed', '//x.example/feed', '/posts/../health', '/posts/%2e%2e/health', '/./feed', '/feed/..', '/feed?x=%zz', '/posts/%31', '/posts/1%00',
-  '/%', '/feed%', '/health%2', '/fe%65d', '/FEED', '/feed#frag', '/feed?a=b#c', '/feed"', '/feed<x>', '/feed{}', '/feed|x', '/feed^', '/feed`', '/feed\\x', '/feed?q=\\',
-  utf8('/pöst'), '/p\xe9', '/\x7f', '/feed?x=1&y=[2]', '/posts/1?', `/feed?${'a'.repeat(2000)}`, '', '/ feed', '/feed\t',
+const BAD_LENGTHS = [
+  '-1',
+  '+5',
+  '5 5',
+  '0x10',
+  '5,5',
+  '5, 5',
+  '',
+  '1e3',
+  '99999999999999999999',
+  '18446744073709551616',
+  '00000000000000000005',
+  '٥',
+  ' 0',
+  '4\t',
+  '3.0',
 ]
-const HEX_SIZES = (size: number) => [(size + 1).toString(16), Math.max(0, size - 1).toString(16), `00${size.toString(16)}`, size.toString(16).toUpperCase(), `0x${size.toString(16)}`, `${size.toString(16)} `, `+${size.toString(16)}`, '-1', 'fffffffffffffffff', '', `${size.toString(16)}\t`, 'g']
-const EXTENSIONS = [' ;a=b', '; a=b', ';a =b', ';a= b', ';a="unterminated', ';a="q\\"x"', ';=b', ';a=', ';', `;${'e'.repeat(100)}`, ';a=b;c', ';a="\x01"', ';a="é"']
-const TRAILERS = ['X-T: v', 'Content-Length: 5', 'Transfer-Encoding: chunked', 'bad trailer', ' folded', 'X:\x00', 'X : y', 'Host: other']
+const ODD_CODINGS = [
+  'chunked, chunked',
+  'gzip, chunked',
+  'chunked, gzip',
+  'identity',
+  'Chunked',
+  'CHUNKED',
+  ' chunked',
+  'chunked;q=1',
+  'x-chunked',
+  'chunked\t',
+  'chunked,',
+  ',chunked',
+  'gzip',
+  'deflate, chunked',
+  'chunked , identity',
+]
+const HOST_VALUES = [
+  '',
+  't:99999',
+  't:70000',
+  'T',
+  'EXAMPLE.com',
+  '[::1]',
+  '[::1]:8080',
+  'a b',
+  'a@b',
+  'a%41',
+  'a%zz',
+  'xn--e1a',
+  utf8('é.example'),
+  't:',
+  't:0',
+  't:080',
+  ':80',
+  't.',
+  '..',
+  '1.2.3.4',
+  '[v1.x]',
+  'a_b',
+  'a,b',
+  'a;b',
+  't:8080:1',
+]
+const METHODS = [
+  'get',
+  'FOO',
+  'GETT',
+  'PRI',
+  'CONNECT',
+  'OPTIONS',
+  'TRACE',
+  'M-SEARCH',
+  'PROPFIND',
+  'LINK',
+  'QUERY',
+  'SOURCE',
+  'PURGE',
+  'G ET',
+  'GET\t',
+  '',
+  'HEAD',
+  'POST',
+  'ACL',
+  'MKCOL',
+  'G-T',
+  'GET-',
+]
+const VERSIONS = [
+  'HTTP/1.2',
+  'HTTP/2.0',
+  'HTTP/0.9',
+  'HTTP/1.',
+  'HTTP/1',
+  'HTTP/1.10',
+  'http/1.1',
+  'HTTP/11',
+  'HTTP/1.1 ',
+  'HTTP/ 1.1',
+  'HTTP/1.0',
+  'HTTP/1.1x',
+  'HTTP/3.0',
+  'HTTP/9.1',
+  'HTTP\\1.1',
+  'HTTP/01.1',
+]
+const TARGETS = [
+  'http://test/feed',
+  'http://test:80/posts/1',
+  'https://x.example/health',
+  'ftp://x/feed',
+  'HTTP://test/feed',
+  'http://[::1]/feed',
+  'http://user@test/feed',
+  'http://test',
+  'http:/feed',
+  '*',
+  'test:80',
+  '//feed',
+  '//x.example/feed',
+  '/posts/../health',
+  '/posts/%2e%2e/health',
+  '/./feed',
+  '/feed/..',
+  '/feed?x=%zz',
+  '/posts/%31',
+  '/posts/1%00',
+  '/%',
+  '/feed%',
+  '/health%2',
+  '/fe%65d',
+  '/FEED',
+  '/feed#frag',
+  '/feed?a=b#c',
+  '/feed"',
+  '/feed<x>',
+  '/feed{}',
+  '/feed|x',
+  '/feed^',
+  '/feed`',
+  '/feed\\x',
+  '/feed?q=\\',
+  utf8('/pöst'),
+  '/p\xe9',
+  '/\x7f',
+  '/feed?x=1&y=[2]',
+  '/posts/1?',
+  `/feed?${'a'.repeat(2000)}`,
+  '',
+  '/ feed',
+  '/feed\t',
+]
+const HEX_SIZES = (size: number) => [
+  (size + 1).toString(16),
+  Math.max(0, size - 1).toString(16),
+  `00${size.toString(16)}`,
+  size.toString(16).toUpperCase(),
+  `0x${size.toString(16)}`,
+  `${size.toString(16)} `,
+  `+${size.toString(16)}`,
+  '-1',
+  'fffffffffffffffff',
+  '',
+  `${size.toString(16)}\t`,
+  'g',
+]
+const EXTENSIONS = [
+  ' ;a=b',
+  '; a=b',
+  ';a =b',
+  ';a= b',
+  ';a="unterminated',
+  ';a="q\\"x"',
+  ';=b',
+  ';a=',
+  ';',
+  `;${'e'.repeat(100)}`,
+  ';a=b;c',
+  ';a="\x01"',
+  ';a="é"',
+]
+const TRAILERS = [
+  'X-T: v',
+  'Content-Length: 5',
+  'Transfer-Encoding: chunked',
+  'bad trailer',
+  ' folded',
+  'X:\x00',
+  'X : y',
+  'Host: other',
+]
 
 const FIELD_MUTATIONS: Record<string, Mutation> = {
   'duplicate a field': (r, d) => {
     const i = fieldLine(r, d)
     if (i === undefined) return undefined
-    d.lines.splice(i, 0, d.lines[i]), d.ends.splice(i, 0, CRLF)
+    ;(d.lines.splice(i, 0, d.lines[i]), d.ends.splice(i, 0, CRLF))
     return `duplicate ${d.lines[i].slice(0, 20)}`
   },
   'remove a field': (r, d) => {
@@ -211,13 +456,20 @@ const FIELD_MUTATIONS: Record<string, Mutation> = {
   'odd Host': (r, d) => (setField(d, 'Host', r.pick(HOST_VALUES)), 'odd Host'),
   'no Host': (_r, d) => (removeField(d, 'host'), 'no Host'),
   'Content-Length and Transfer-Encoding': (r, d) => {
-    addField(d, r.pick(['Content-Length', 'Transfer-Encoding']), fieldIndex(d, 'content-length') > 0 ? 'chunked' : String(r.int(20)))
+    addField(
+      d,
+      r.pick(['Content-Length', 'Transfer-Encoding']),
+      fieldIndex(d, 'content-length') > 0 ? 'chunked' : String(r.int(20)),
+    )
     return 'Content-Length and Transfer-Encoding'
   },
   'bad Content-Length': (r, d) => (setField(d, 'Content-Length', r.pick(BAD_LENGTHS)), 'bad Content-Length'),
   'two Content-Lengths': (r, d) => (addField(d, 'Content-Length', r.pick(['0', '5', '16'])), 'two Content-Lengths'),
   'odd Transfer-Encoding': (r, d) => (setField(d, 'Transfer-Encoding', r.pick(ODD_CODINGS)), 'odd Transfer-Encoding'),
-  'second Transfer-Encoding': (r, d) => (addField(d, 'Transfer-Encoding', r.pick(['chunked', 'gzip', 'identity'])), 'second Transfer-Encoding'),
+  'second Transfer-Encoding': (r, d) => (
+    addField(d, 'Transfer-Encoding', r.pick(['chunked', 'gzip', 'identity'])),
+    'second Transfer-Encoding'
+  ),
   'whitespace before a colon': (r, d) => {
     const i = fieldLine(r, d)
     if (i === undefined) return undefined
@@ -227,7 +479,8 @@ const FIELD_MUTATIONS: Record<string, Mutation> = {
   'obs-fold': (r, d) => {
     const i = fieldLine(r, d)
     if (i === undefined) return undefined
-    d.lines.splice(i + 1, 0, `${r.pick([' ', '\t', '  '])}${r.pick(['folded', 'chunked', 'x'])}`), d.ends.splice(i + 1, 0, CRLF)
+    ;(d.lines.splice(i + 1, 0, `${r.pick([' ', '\t', '  '])}${r.pick(['folded', 'chunked', 'x'])}`),
+      d.ends.splice(i + 1, 0, CRLF))
     return 'obs-fold'
   },
   'case of a field name': (r, d) => {
@@ -235,12 +488,32 @@ const FIELD_MUTATIONS: Record<string, Mutation> = {
     if (i === undefined) return undefined
     const colon = d.lines[i].indexOf(':')
     const name = d.lines[i].slice(0, colon)
-    d.lines[i] = (r.chance(0.5) ? name.toUpperCase() : [...name].map((c) => (r.chance(0.5) ? c.toUpperCase() : c.toLowerCase())).join('')) + d.lines[i].slice(colon)
+    d.lines[i] =
+      (r.chance(0.5)
+        ? name.toUpperCase()
+        : [...name].map((c) => (r.chance(0.5) ? c.toUpperCase() : c.toLowerCase())).join('')) + d.lines[i].slice(colon)
     return 'case of a field name'
   },
-  'Expect': (r, d) => (setField(d, 'Expect', r.pick(['100-continue', '100-Continue', '100-continue, foo', 'foo', '', '100-continue ', 'x-expect'])), 'Expect'),
-  'Connection': (r, d) => (setField(d, 'Connection', r.pick(['close', 'keep-alive', 'Close', 'upgrade', 'close, keep-alive', 'te', '', 'keep-alive, close', 'CLOSE'])), 'Connection'),
-  'empty field name or value': (r, d) => (addField(d, r.pick(['X-Empty', '']), r.pick(['', ' ', '\t']), 1 + r.int(d.lines.length)), 'empty field name or value'),
+  Expect: (r, d) => (
+    setField(
+      d,
+      'Expect',
+      r.pick(['100-continue', '100-Continue', '100-continue, foo', 'foo', '', '100-continue ', 'x-expect']),
+    ),
+    'Expect'
+  ),
+  Connection: (r, d) => (
+    setField(
+      d,
+      'Connection',
+      r.pick(['close', 'keep-alive', 'Close', 'upgrade', 'close, keep-alive', 'te', '', 'keep-alive, close', 'CLOSE']),
+    ),
+    'Connection'
+  ),
+  'empty field name or value': (r, d) => (
+    addField(d, r.pick(['X-Empty', '']), r.pick(['', ' ', '\t']), 1 + r.int(d.lines.length)),
+    'empty field name or value'
+  ),
   'many fields': (r, d) => {
     const n = r.pick([100, 1999, 2001, 4000, 7000])
     for (let k = 0; k < n; k++) addField(d, `x${k}`, 'v', 1)
@@ -256,14 +529,20 @@ const LINE_MUTATIONS: Record<string, Mutation> = {
     else d.ends[i] = end
     return `line ${i} ends ${JSON.stringify(end)}`
   },
-  'NUL': (r, d) => (insertSomewhere(r, d, '\0'), 'NUL'),
-  'control character': (r, d) => (insertSomewhere(r, d, r.pick(['\x01', '\x0b', '\x0c', '\x1b', '\x7f'])), 'control character'),
+  NUL: (r, d) => (insertSomewhere(r, d, '\0'), 'NUL'),
+  'control character': (r, d) => (
+    insertSomewhere(r, d, r.pick(['\x01', '\x0b', '\x0c', '\x1b', '\x7f'])),
+    'control character'
+  ),
   'tab or space': (r, d) => (insertSomewhere(r, d, r.pick([' ', '\t', '  ', ' \t'])), 'tab or space'),
   'non-ASCII byte': (r, d) => (insertSomewhere(r, d, String.fromCharCode(0x80 + r.int(128))), 'non-ASCII byte'),
   'odd separators in the request line': (r, d) => {
     const [method, target, version] = requestLine(d)
     const sep = () => r.pick([' ', '  ', '\t', ' \t'])
-    d.lines[0] = r.pick(['', ' ', '\t']) + [method, target, version].join(sep()).replace(/ (?=HTTP)/, sep()) + r.pick(['', '', ' ', '\t'])
+    d.lines[0] =
+      r.pick(['', ' ', '\t']) +
+      [method, target, version].join(sep()).replace(/ (?=HTTP)/, sep()) +
+      r.pick(['', '', ' ', '\t'])
     return 'odd separators in the request line'
   },
   'odd method': (r, d) => {
@@ -278,17 +557,30 @@ const LINE_MUTATIONS: Record<string, Mutation> = {
     const target = requestLine(d)[1] ?? ''
     const at = 1 + r.int(Math.max(1, target.length - 1))
     const code = target.charCodeAt(at) || 0x2f
-    const encoded = r.pick([`%${code.toString(16).padStart(2, '0')}`, `%${code.toString(16).toUpperCase().padStart(2, '0')}`, '%', '%2', '%g0', '%00', '%2F', '%25', '%E9', '%C3%A9'])
+    const encoded = r.pick([
+      `%${code.toString(16).padStart(2, '0')}`,
+      `%${code.toString(16).toUpperCase().padStart(2, '0')}`,
+      '%',
+      '%2',
+      '%g0',
+      '%00',
+      '%2F',
+      '%25',
+      '%E9',
+      '%C3%A9',
+    ])
     setRequestLine(d, 1, target.slice(0, at) + encoded + target.slice(at + 1))
     return 'percent-encoding'
   },
-  'empty lines before': (r, d) => (d.before = r.pick([CRLF, CRLF + CRLF, '\n', '\r', ' \r\n']), 'empty lines before'),
+  'empty lines before': (r, d) => ((d.before = r.pick([CRLF, CRLF + CRLF, '\n', '\r', ' \r\n'])), 'empty lines before'),
 }
 
 // A head whose counted bytes (target, names and values, as Node counts toward its 16 KB) land a few
 // bytes either side of the limit.
 function headNearLimit(r: Random, d: Draft): string {
-  const counted = (requestLine(d)[1] ?? '').length + d.lines.slice(1).reduce((sum, line) => sum + line.replace(/:\s*/, '').trimEnd().length, 0)
+  const counted =
+    (requestLine(d)[1] ?? '').length +
+    d.lines.slice(1).reduce((sum, line) => sum + line.replace(/:\s*/, '').trimEnd().length, 0)
   const delta = r.int(7) - 3
   addField(d, 'X-Pad', 'p'.repeat(Math.max(1, MAX_HEADER_BYTES + delta - counted - 'X-Pad'.length)))
   return `head ${delta >= 0 ? '+' : ''}${delta} bytes from 16 KB`
@@ -357,7 +649,11 @@ const BODY_MUTATIONS: Record<string, Mutation> = {
   'body near 16 KB': bodyNearLimit,
 }
 
-const MUTATIONS: [string, Mutation][] = [...Object.entries(FIELD_MUTATIONS), ...Object.entries(LINE_MUTATIONS), ...Object.entries(BODY_MUTATIONS)]
+const MUTATIONS: [string, Mutation][] = [
+  ...Object.entries(FIELD_MUTATIONS),
+  ...Object.entries(LINE_MUTATIONS),
+  ...Object.entries(BODY_MUTATIONS),
+]
 const INTERESTING_BYTES = [0x00, 0x09, 0x0a, 0x0d, 0x20, 0x22, 0x25, 0x2c, 0x2f, 0x3a, 0x3b, 0x7f, 0x80, 0xff]
 
 // Byte-level changes to the whole case: a byte replaced, inserted or removed.
@@ -365,8 +661,13 @@ function mutateBytes(r: Random, bytes: Buffer): { bytes: Buffer; said: string } 
   const at = r.int(bytes.length)
   const byte = r.chance(0.7) ? r.pick(INTERESTING_BYTES) : r.int(256)
   const how = r.int(3)
-  if (how === 0) return { bytes: Buffer.concat([bytes.subarray(0, at), Buffer.from([byte]), bytes.subarray(at)]), said: `insert 0x${byte.toString(16)} at ${at}` }
-  if (how === 1) return { bytes: Buffer.concat([bytes.subarray(0, at), bytes.subarray(at + 1)]), said: `delete byte ${at}` }
+  if (how === 0)
+    return {
+      bytes: Buffer.concat([bytes.subarray(0, at), Buffer.from([byte]), bytes.subarray(at)]),
+      said: `insert 0x${byte.toString(16)} at ${at}`,
+    }
+  if (how === 1)
+    return { bytes: Buffer.concat([bytes.subarray(0, at), bytes.subarray(at + 1)]), said: `delete byte ${at}` }
   const copy = Buffer.from(bytes)
   copy[at] = byte
   return { bytes: copy, said: `byte ${at} = 0x${byte.toString(16)}` }
@@ -410,18 +711,35 @@ function generateCase(r: Random, index: number, tokens: Tokens): Case {
     bytes = bytes.subarray(0, 1 + r.int(bytes.length - 1))
     said.push(`cut to ${bytes.length} bytes`)
   }
-  return { index, name: `#${index} ${said.join('; ')}`, bytes, methods: drafts.map((d) => d.method), requests: drafts.length, ...splits(r, bytes.length) }
+  return {
+    index,
+    name: `#${index} ${said.join('; ')}`,
+    bytes,
+    methods: drafts.map((d) => d.method),
+    requests: drafts.length,
+    ...splits(r, bytes.length),
+  }
 }
 
 // Where the bytes are split into writes, and how long to wait between them: one to four writes.
 function splits(r: Random, length: number): { writes: number[]; delays: number[] } {
-  const writes = [...new Set(Array.from({ length: r.int(4) }, () => 1 + r.int(Math.max(1, length - 1))))].filter((at) => at < length).sort((a, b) => a - b)
+  const writes = [...new Set(Array.from({ length: r.int(4) }, () => 1 + r.int(Math.max(1, length - 1))))]
+    .filter((at) => at < length)
+    .sort((a, b) => a - b)
   return { writes, delays: writes.map(() => 1 + r.int(4)) }
 }
 
 // A case made by hand: for the few requests that write, and for the regression cases.
 export function fixedCase(index: number, name: string, text: string, methods: string[], writes: number[] = []): Case {
-  return { index, name, bytes: Buffer.from(text, 'latin1'), methods, requests: methods.length, writes, delays: writes.map(() => 2) }
+  return {
+    index,
+    name,
+    bytes: Buffer.from(text, 'latin1'),
+    methods,
+    requests: methods.length,
+    writes,
+    delays: writes.map(() => 2),
+  }
 }
 
 // Requests that write, each valid, sent one at a time before the fuzzing so that both servers' databases
@@ -434,18 +752,54 @@ export function writingCases(tokens: string[]): Case[] {
   const json = 'Content-Type: application/json\r\n'
   const sized = (body: string) => `Content-Length: ${body.length}\r\n\r\n${body}`
   const cases: [string, string, string[], number[]?][] = [
-    ['a post with Content-Length', `POST /posts HTTP/1.1\r\nHost: test\r\n${auth(0)}${json}${sized(post(0, 'first'))}`, ['POST']],
-    ['a post chunked, with extensions and a trailer', `POST /posts HTTP/1.1\r\nHost: test\r\n${auth(1)}Transfer-Encoding: chunked\r\n\r\n5;a=b\r\n{"bod\r\n${(post(1, 'chunked').length - 5).toString(16)}\r\n${post(1, 'chunked').slice(5)}\r\n0\r\nX-Sum: 1\r\n\r\n`, ['POST'], [60, 200]],
+    [
+      'a post with Content-Length',
+      `POST /posts HTTP/1.1\r\nHost: test\r\n${auth(0)}${json}${sized(post(0, 'first'))}`,
+      ['POST'],
+    ],
+    [
+      'a post chunked, with extensions and a trailer',
+      `POST /posts HTTP/1.1\r\nHost: test\r\n${auth(1)}Transfer-Encoding: chunked\r\n\r\n5;a=b\r\n{"bod\r\n${(post(1, 'chunked').length - 5).toString(16)}\r\n${post(1, 'chunked').slice(5)}\r\n0\r\nX-Sum: 1\r\n\r\n`,
+      ['POST'],
+      [60, 200],
+    ],
     ['a post in HTTP/1.0', `POST /posts HTTP/1.0\r\n${auth(2)}${sized(post(2, 'old'))}`, ['POST']],
-    ['a post that expects 100-continue', `POST /posts HTTP/1.1\r\nHost: test\r\nExpect: 100-continue\r\n${auth(3)}${sized(post(3, 'expecting'))}`, ['POST'], [300]],
-    ['two posts pipelined', `POST /posts HTTP/1.1\r\nHost: test\r\n${auth(4)}${sized(post(4, 'one'))}POST /posts HTTP/1.1\r\nHost: test\r\n${auth(4)}${sized(post(4, 'two'))}`, ['POST', 'POST']],
+    [
+      'a post that expects 100-continue',
+      `POST /posts HTTP/1.1\r\nHost: test\r\nExpect: 100-continue\r\n${auth(3)}${sized(post(3, 'expecting'))}`,
+      ['POST'],
+      [300],
+    ],
+    [
+      'two posts pipelined',
+      `POST /posts HTTP/1.1\r\nHost: test\r\n${auth(4)}${sized(post(4, 'one'))}POST /posts HTTP/1.1\r\nHost: test\r\n${auth(4)}${sized(post(4, 'two'))}`,
+      ['POST', 'POST'],
+    ],
     ['a like', `POST /posts/5/like HTTP/1.1\r\nHost: test\r\n${auth(0)}\r\n`, ['POST']],
-    ['the same like again', `POST /posts/5/like HTTP/1.1\r\nHost: test\r\n${auth(0)}Content-Length: 0\r\n\r\n`, ['POST']],
-    ['a like of a new post, chunked and empty', `POST /posts/101/like HTTP/1.1\r\nHost: test\r\n${auth(1)}Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n`, ['POST']],
-    ['two likes in HTTP/1.0, the first kept alive', `POST /posts/102/like HTTP/1.0\r\nConnection: keep-alive\r\n${auth(2)}\r\nPOST /posts/102/like HTTP/1.0\r\n${auth(3)}\r\n`, ['POST', 'POST']],
-    ['a post that asks to close', `POST /posts HTTP/1.1\r\nHost: test\r\nConnection: close\r\n${auth(3)}${sized(post(3, 'closing'))}`, ['POST']],
+    [
+      'the same like again',
+      `POST /posts/5/like HTTP/1.1\r\nHost: test\r\n${auth(0)}Content-Length: 0\r\n\r\n`,
+      ['POST'],
+    ],
+    [
+      'a like of a new post, chunked and empty',
+      `POST /posts/101/like HTTP/1.1\r\nHost: test\r\n${auth(1)}Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+      ['POST'],
+    ],
+    [
+      'two likes in HTTP/1.0, the first kept alive',
+      `POST /posts/102/like HTTP/1.0\r\nConnection: keep-alive\r\n${auth(2)}\r\nPOST /posts/102/like HTTP/1.0\r\n${auth(3)}\r\n`,
+      ['POST', 'POST'],
+    ],
+    [
+      'a post that asks to close',
+      `POST /posts HTTP/1.1\r\nHost: test\r\nConnection: close\r\n${auth(3)}${sized(post(3, 'closing'))}`,
+      ['POST'],
+    ],
     ['the feed after the writes', 'GET /feed HTTP/1.1\r\nHost: test\r\n\r\n', ['GET']],
     ['a liked new post read back', 'GET /posts/102 HTTP/1.1\r\nHost: test\r\n\r\n', ['GET']],
   ]
-  return cases.map(([name, text, methods, writes], index) => fixedCase(index, `write ${index}: ${name}`, text, methods, writes))
+  return cases.map(([name, text, methods, writes], index) =>
+    fixedCase(index, `write ${index}: ${name}`, text, methods, writes),
+  )
 }

@@ -18,7 +18,12 @@ import { ROOT } from '../harness/tools.ts'
 // A describe whose tests need what this machine may lack (Litestream, Docker, k6, a corpus): where
 // `missing` says why it is not here, a skipped test of the same name stands in for the whole, so that
 // the run's summary counts it among the skipped, with the reason (node:test counts no skipped describe).
-export function describeNeeding(missing: string | false, name: string, options: Omit<TestOptions, 'skip'>, tests: () => void) {
+export function describeNeeding(
+  missing: string | false,
+  name: string,
+  options: Omit<TestOptions, 'skip'>,
+  tests: () => void,
+) {
   if (missing) test(name, { skip: missing })
   else describe(name, options, tests)
 }
@@ -27,7 +32,10 @@ export function describeNeeding(missing: string | false, name: string, options: 
 export async function waitHealthy(url: string, timeoutMs: number): Promise<number> {
   const started = performance.now()
   while (performance.now() - started < timeoutMs) {
-    const ok = await fetch(`${url}/health`).then((r) => r.ok, () => false)
+    const ok = await fetch(`${url}/health`).then(
+      (r) => r.ok,
+      () => false,
+    )
     if (ok) return (performance.now() - started) / 1000
     await sleep(100)
   }
@@ -65,7 +73,11 @@ type Attack = { connections: number; depth?: number; every?: number; seconds: nu
 // 30 s more, or when the attacker did not connect within 30 s.
 export async function pipeliningAttacker(port: number, attack: Attack) {
   const args = Object.entries(attack).flatMap(([name, value]) => [`--${name}`, String(value)])
-  const child = spawn('nice', ['-n', '19', process.execPath, join(ROOT, 'test', 'pipelining-attacker.ts'), '--port', String(port), ...args], { stdio: ['pipe', 'pipe', 'inherit'] })
+  const child = spawn(
+    'nice',
+    ['-n', '19', process.execPath, join(ROOT, 'test', 'pipelining-attacker.ts'), '--port', String(port), ...args],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  )
   const events: Record<string, any>[] = []
   let buffered = ''
   child.stdout.on('data', (chunk) => {
@@ -79,7 +91,9 @@ export async function pipeliningAttacker(port: number, attack: Attack) {
     await holdsWithin(() => said() !== undefined || child.exitCode !== null, timeoutMs)
     if (said()) return said()!
     child.kill('SIGKILL')
-    throw new Error(`the attacker did not say "${name}" within ${timeoutMs / 1000} s (exit ${child.exitCode}): ${JSON.stringify(events)}`)
+    throw new Error(
+      `the attacker did not say "${name}" within ${timeoutMs / 1000} s (exit ${child.exitCode}): ${JSON.stringify(events)}`,
+    )
   }
   await event('connected', 30_000)
   return {
@@ -101,7 +115,10 @@ export async function freePort(): Promise<number> {
     const port = 10_000 + Math.floor(Math.random() * 22_000)
     if (handedOut.has(port)) continue
     const server = createServer().listen(port, '127.0.0.1')
-    const bound = await Promise.race([once(server, 'listening').then(() => true), once(server, 'error').then(() => false)])
+    const bound = await Promise.race([
+      once(server, 'listening').then(() => true),
+      once(server, 'error').then(() => false),
+    ])
     if (!bound) continue
     server.close()
     handedOut.add(port)
@@ -121,18 +138,40 @@ export async function makeToken(
 }
 
 export const now = () => Math.floor(Date.now() / 1000)
-export const claims = (sub: unknown, username: unknown = `user_${sub}`) => ({ sub, username, iat: now(), exp: now() + 3600 })
+export const claims = (sub: unknown, username: unknown = `user_${sub}`) => ({
+  sub,
+  username,
+  iat: now(),
+  exp: now() + 3600,
+})
 
 // A POST as a client sends it: the user's token, a JSON body when there is one.
 export const post = (base: string, path: string, token: string, body?: unknown, signal?: AbortSignal) =>
-  fetch(base + path, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body), signal })
+  fetch(base + path, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    signal,
+  })
 
 // Load on a cluster until stop(): a writer creating posts on each node of `writers`, two readers of
 // posts on node `readsOn`. Every 201 is kept; every other answer is wrong unless `allowed` excuses it
 // on that node. A request that cannot connect or times out is neither: its node may be gone.
-export function clusterLoad(url: (node: number) => string, tokens: Token[], { writers, readsOn, timeoutMs, allowed = () => false }: {
-  writers: number[]; readsOn: number; timeoutMs: number; allowed?: (status: number, node: number) => boolean
-}) {
+export function clusterLoad(
+  url: (node: number) => string,
+  tokens: Token[],
+  {
+    writers,
+    readsOn,
+    timeoutMs,
+    allowed = () => false,
+  }: {
+    writers: number[]
+    readsOn: number
+    timeoutMs: number
+    allowed?: (status: number, node: number) => boolean
+  },
+) {
   const acknowledged: { id: number; text: string }[] = []
   const wrong: string[] = []
   let running = true
@@ -140,7 +179,13 @@ export function clusterLoad(url: (node: number) => string, tokens: Token[], { wr
   const writer = async (node: number) => {
     while (running) {
       const k = n++
-      const res = await post(url(node), '/posts', tokens[10_000 + (k % 5000)].token, { body: `under load ${k}` }, AbortSignal.timeout(timeoutMs)).catch(() => undefined)
+      const res = await post(
+        url(node),
+        '/posts',
+        tokens[10_000 + (k % 5000)].token,
+        { body: `under load ${k}` },
+        AbortSignal.timeout(timeoutMs),
+      ).catch(() => undefined)
       const text = await res?.text().catch(() => undefined)
       if (!res || text === undefined) continue
       if (res.status === 201) acknowledged.push({ id: JSON.parse(text).post.id, text })
@@ -149,14 +194,23 @@ export function clusterLoad(url: (node: number) => string, tokens: Token[], { wr
   }
   const reader = async () => {
     while (running) {
-      const res = await fetch(`${url(readsOn)}/posts/${1 + (n % 500_000)}`, { signal: AbortSignal.timeout(5_000) }).catch(() => undefined)
+      const res = await fetch(`${url(readsOn)}/posts/${1 + (n % 500_000)}`, {
+        signal: AbortSignal.timeout(5_000),
+      }).catch(() => undefined)
       const text = await res?.text().catch(() => undefined)
       if (!res || text === undefined || (res.status === 200 && text.startsWith('{"post":{'))) continue
       if (!allowed(res.status, readsOn)) wrong.push(`${res.status} ${text}`)
     }
   }
   const load = [...writers.map(writer), reader(), reader()]
-  return { acknowledged, wrong, stop: async () => { running = false; await Promise.all(load) } }
+  return {
+    acknowledged,
+    wrong,
+    stop: async () => {
+      running = false
+      await Promise.all(load)
+    },
+  }
 }
 
 // A small database of the challenge's schema, made in a moment: 50 users, 100 posts, a few likes.
@@ -169,7 +223,8 @@ export function smallDatabase() {
   const user = db.prepare('INSERT INTO users (id, username) VALUES (?, ?)')
   const post = db.prepare('INSERT INTO posts (id, user_id, body, created_at) VALUES (?, ?, ?, ?)')
   for (let id = 1; id <= 50; id++) user.run(id, `user_${id}`)
-  for (let id = 1; id <= 100; id++) post.run(id, 1 + (id % 50), `post ${id}`, new Date(Date.UTC(2025, 0, 1, 0, 0, id)).toISOString())
+  for (let id = 1; id <= 100; id++)
+    post.run(id, 1 + (id % 50), `post ${id}`, new Date(Date.UTC(2025, 0, 1, 0, 0, id)).toISOString())
   db.exec('INSERT INTO likes (user_id, post_id) VALUES (1, 1), (2, 1), (3, 2)')
   db.close()
   const tokenFor = (id: number) => makeToken(claims(String(id), `user_${id}`))
@@ -189,7 +244,8 @@ export const asUser: { uid?: number; gid?: number } = process.getuid?.() === 0 ?
 // one) hides its node_modules/.bin/node and dist/ from every other user, so that user gets copies.
 let runnable: { dir: string; node: string; app: string } | undefined
 export function runnableByUser() {
-  if (asUser.uid === undefined) return { dir: dirname(process.execPath), node: process.execPath, app: join(ROOT, 'dist', 'app.js') }
+  if (asUser.uid === undefined)
+    return { dir: dirname(process.execPath), node: process.execPath, app: join(ROOT, 'dist', 'app.js') }
   if (!runnable) {
     const dir = mkdtempSync(join(tmpdir(), 'feed-runnable-'))
     chmodSync(dir, 0o755)

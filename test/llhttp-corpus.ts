@@ -22,7 +22,8 @@ export type CorpusCase = {
 export function corpusRoot(repositoryRoot: string): string | undefined {
   const given = process.env.LLHTTP_TESTS
   if (given) {
-    if (!existsSync(join(given, 'test', 'request'))) throw new Error(`LLHTTP_TESTS=${given} holds no test/request folder`)
+    if (!existsSync(join(given, 'test', 'request')))
+      throw new Error(`LLHTTP_TESTS=${given} holds no test/request folder`)
     return given
   }
   const shared = join(repositoryRoot, '..', 'shared', 'corpora', 'llhttp')
@@ -30,7 +31,9 @@ export function corpusRoot(repositoryRoot: string): string | undefined {
 }
 
 export function requestFiles(root: string): string[] {
-  return readdirSync(join(root, 'test', 'request')).filter((name) => name.endsWith('.md')).sort()
+  return readdirSync(join(root, 'test', 'request'))
+    .filter((name) => name.endsWith('.md'))
+    .sort()
 }
 
 export function readCases(root: string, file: string): CorpusCase[] {
@@ -39,9 +42,20 @@ export function readCases(root: string, file: string): CorpusCase[] {
     const http = heading.fences.filter((fence) => fence.info === 'http')
     const log = heading.fences.filter((fence) => fence.info === 'log')
     if (http.length === 0) return []
-    if (http.length !== 1 || log.length !== 1) throw new Error(`${file}:${heading.line + 1}: not one http and one log block`)
+    if (http.length !== 1 || log.length !== 1)
+      throw new Error(`${file}:${heading.line + 1}: not one http and one log block`)
     const meta = http[0].meta ?? {}
-    return [{ file, heading: heading.name, line: heading.line + 1, type: String(meta.type), meta, bytes: bytesOf(http[0].content), log: logOf(log[0].content) }]
+    return [
+      {
+        file,
+        heading: heading.name,
+        line: heading.line + 1,
+        type: String(meta.type),
+        meta,
+        bytes: bytesOf(http[0].content),
+        log: logOf(log[0].content),
+      },
+    ]
   })
 }
 
@@ -72,7 +86,7 @@ export function logVerdict(log: string[]): { ends: number[]; last: 'complete' | 
     const event = /^off=(\d+) (message begin|message complete|error code=(\d+))/.exec(line)
     if (!event) continue
     if (event[2] === 'message begin') last = 'incomplete'
-    else if (event[2] === 'message complete') (last = 'complete'), ends.push(Number(event[1]))
+    else if (event[2] === 'message complete') ((last = 'complete'), ends.push(Number(event[1])))
     else if (Number(event[3]) < 21 || Number(event[3]) > 23) last = 'error'
   }
   return { ends, last }
@@ -108,7 +122,10 @@ export function headingsOf(text: string): Heading[] {
     else if (setext) open(lines.slice(paragraph, i).join('\n').trim(), paragraph!, setext[1][0] === '=' ? 0 : 1)
     else if (fence) {
       const end = closingFence(lines, i + 1, fence[2])
-      const content = lines.slice(i + 1, end).map((body) => `${body.replace(new RegExp(`^ {0,${fence[1].length}}`), '')}\n`).join('')
+      const content = lines
+        .slice(i + 1, end)
+        .map((body) => `${body.replace(new RegExp(`^ {0,${fence[1].length}}`), '')}\n`)
+        .join('')
       if (stack.length > 1) stack.at(-1)!.fences.push({ info: fence[3], content, meta })
       if (stack.length > 1) meta = undefined
       paragraph = undefined

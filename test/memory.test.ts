@@ -22,7 +22,8 @@ hooks.health = memoryHealth
 
 const MiB = 1024 * 1024
 let used = 0 // of a budget of 1,000 MiB: the guard's lines are at 100 MiB free, 50 and 150
-const api = process.env.HTTP_SERVER === 'node-server' ? createNodeServer(app.fetch) : createWireServer(app.fetch, MAX_BODY_BYTES)
+const api =
+  process.env.HTTP_SERVER === 'node-server' ? createNodeServer(app.fetch) : createWireServer(app.fetch, MAX_BODY_BYTES)
 const server = api.server
 const connections = new Set<Socket>()
 server.on('connection', (socket: Socket) => {
@@ -40,9 +41,15 @@ after(() => {
 })
 
 // A connection, and its first answer.
-async function opened(request = 'GET /posts/1 HTTP/1.1\r\nHost: x\r\n\r\n', answer = /"post"/): Promise<Socket & { text: string }> {
+async function opened(
+  request = 'GET /posts/1 HTTP/1.1\r\nHost: x\r\n\r\n',
+  answer = /"post"/,
+): Promise<Socket & { text: string }> {
   const socket = Object.assign(connect(port, '127.0.0.1'), { text: '' })
-  socket.setEncoding('utf8').on('data', (chunk) => (socket.text += chunk)).on('error', () => {})
+  socket
+    .setEncoding('utf8')
+    .on('data', (chunk) => (socket.text += chunk))
+    .on('error', () => {})
   await within(once(socket, 'connect'), 5_000, 'the connection')
   socket.write(request)
   if (request.endsWith('\r\n\r\n')) await until(() => answer.test(socket.text), 5_000, 'an answer')
@@ -50,13 +57,16 @@ async function opened(request = 'GET /posts/1 HTTP/1.1\r\nHost: x\r\n\r\n', answ
 }
 
 // Resolves once the socket has closed, if it has not already.
-const whenClosed = (socket: Socket) => (socket.closed ? Promise.resolve() : within(once(socket, 'close'), 5_000, 'the server to close the connection'))
+const whenClosed = (socket: Socket) =>
+  socket.closed ? Promise.resolve() : within(once(socket, 'close'), 5_000, 'the server to close the connection')
 
 test('short of memory: refuses new connections, closes idle ones oldest first, never one under way; then takes them again', async () => {
   const idle: (Socket & { text: string })[] = []
   for (let i = 0; i < 8; i++) idle.push(await opened()) // answered in this order: the first is the least recently used
   // A request whose body is on its way, and one whose headers are.
-  const writing = await opened(`POST /posts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${await db.tokenFor(1)}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"bo`)
+  const writing = await opened(
+    `POST /posts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${await db.tokenFor(1)}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"bo`,
+  )
   const asking = await opened('GET /posts/1 HTTP/1.1\r\nHo')
   await until(() => serverHasRead(writing) && serverHasRead(asking), 2_000, 'the server to read the two requests begun')
   assert.ok([...idle, writing, asking].every((s) => !s.destroyed))
@@ -84,7 +94,11 @@ test('short of memory: refuses new connections, closes idle ones oldest first, n
   await sleep(600)
   const closed = idle.map((s) => s.destroyed)
   const count = closed.filter(Boolean).length
-  assert.deepEqual(closed, idle.map((_, i) => i < count), 'the least recently used first')
+  assert.deepEqual(
+    closed,
+    idle.map((_, i) => i < count),
+    'the least recently used first',
+  )
   assert.ok(!writing.destroyed && !asking.destroyed, 'never one with a request on its way')
   assert.equal(memoryHealth().memory, 'full')
 

@@ -62,11 +62,16 @@ describe('on an older Node, npm start and npm test stop at once with one line', 
   function clone() {
     rmSync(dir, { recursive: true, force: true })
     mkdirSync(dir)
-    for (const file of ['package.json', '.nvmrc', 'pinned-node']) cpSync(join(ROOT, file), join(dir, file), { recursive: true })
+    for (const file of ['package.json', '.nvmrc', 'pinned-node'])
+      cpSync(join(ROOT, file), join(dir, file), { recursive: true })
   }
   // npm puts node_modules/.bin first on PATH; with nothing there, the older node answers.
   const npm = (script: string) =>
-    spawnSync('npm', [script], { cwd: dir, encoding: 'utf8', env: { ...process.env, PATH: `${dirname(old!)}${delimiter}${process.env.PATH}` } })
+    spawnSync('npm', [script], {
+      cwd: dir,
+      encoding: 'utf8',
+      env: { ...process.env, PATH: `${dirname(old!)}${delimiter}${process.env.PATH}` },
+    })
 
   for (const script of ['start', 'test']) {
     test(`npm ${script} before npm install: says to run it`, { skip }, () => {
@@ -74,7 +79,9 @@ describe('on an older Node, npm start and npm test stop at once with one line', 
       const run = npm(script)
       assert.equal(run.status, 1)
       const lines = run.stderr.split('\n').filter((line) => line && !line.startsWith('npm'))
-      assert.deepEqual(lines, [`This project needs Node.js ${PIN} or newer, found ${execFileSync(old!, ['--version'], { encoding: 'utf8' }).trim()} (${realpathSync(old!)}): run \`npm install\` first, which brings the pinned Node.js for this machine.`])
+      assert.deepEqual(lines, [
+        `This project needs Node.js ${PIN} or newer, found ${execFileSync(old!, ['--version'], { encoding: 'utf8' }).trim()} (${realpathSync(old!)}): run \`npm install\` first, which brings the pinned Node.js for this machine.`,
+      ])
     })
   }
 
@@ -86,7 +93,12 @@ describe('on an older Node, npm start and npm test stop at once with one line', 
     assert.equal(run.status, 1)
     const lines = run.stderr.split('\n').filter((line) => line && !line.startsWith('npm'))
     assert.equal(lines.length, 1, run.stderr)
-    assert.match(lines[0], new RegExp(`needs Node.js ${PIN} or newer, found v\\d+.*: the npm registry has no Node.js ${PIN} build for ${process.platform}-${process.arch}: install it with nvm \\(\`nvm install\` reads .nvmrc\\) or from https://nodejs.org\\.$`))
+    assert.match(
+      lines[0],
+      new RegExp(
+        `needs Node.js ${PIN} or newer, found v\\d+.*: the npm registry has no Node.js ${PIN} build for ${process.platform}-${process.arch}: install it with nvm \\(\`nvm install\` reads .nvmrc\\) or from https://nodejs.org\\.$`,
+      ),
+    )
     assert.doesNotMatch(run.stdout + run.stderr, /node:sqlite|ERR_|at .*\.js:\d+/)
   })
 })

@@ -42,7 +42,7 @@ const attackers: Attacker[] = await Promise.all(
   }),
 )
 print({ event: 'connected' })
-await within(once(process.stdin, 'data'), 120_000, 'the test\'s go')
+await within(once(process.stdin, 'data'), 120_000, "the test's go")
 for (const a of attackers) {
   a.socket.write(burst)
   a.sent += Number(opts.depth)
@@ -68,5 +68,10 @@ clearInterval(trickle)
 // A paused socket does not see the server's close: read now, and give each a moment to see it.
 for (const a of attackers) a.socket.resume().on('data', () => {})
 await holdsWithin(() => attackers.every((a) => a.closed), 2_000)
-print({ event: 'done', connections: attackers.length, open: attackers.filter((a) => !a.closed).length, requests: attackers.reduce((sum, a) => sum + a.sent, 0) })
+print({
+  event: 'done',
+  connections: attackers.length,
+  open: attackers.filter((a) => !a.closed).length,
+  requests: attackers.reduce((sum, a) => sum + a.sent, 0),
+})
 for (const a of attackers) a.socket.destroy()

@@ -28,15 +28,35 @@ const start = (limit: number) =>
 // on a machine loaded by other tests).
 // bench/users.ts is run as a program, by its path, not imported: test/ imports nothing of bench/.
 async function users(url: string, connections: number, serverPid: number) {
-  const run = promisify(execFile)(process.execPath, [join(ROOT, 'bench', 'users.ts'), '--url', url, '--connections', String(connections),
-    '--think-scale', '0.05', '--idle', '2', '--hold', '5', '--tokens', tokens], { encoding: 'utf8', timeout: 60_000 })
+  const run = promisify(execFile)(
+    process.execPath,
+    [
+      join(ROOT, 'bench', 'users.ts'),
+      '--url',
+      url,
+      '--connections',
+      String(connections),
+      '--think-scale',
+      '0.05',
+      '--idle',
+      '2',
+      '--hold',
+      '5',
+      '--tokens',
+      tokens,
+    ],
+    { encoding: 'utf8', timeout: 60_000 },
+  )
   let processes: number[] = []
   const look = setInterval(() => {
     const now = processTree(serverPid)
     if (now.length > processes.length) processes = now
   }, 250)
   try {
-    const lines = (await run).stdout.trim().split('\n').map((line) => JSON.parse(line))
+    const lines = (await run).stdout
+      .trim()
+      .split('\n')
+      .map((line) => JSON.parse(line))
     return { connected: lines.find((l) => l.event === 'connected'), done: lines.at(-1), processes }
   } finally {
     clearInterval(look)
@@ -46,14 +66,16 @@ async function users(url: string, connections: number, serverPid: number) {
 // Connections that each had one answer and stay open. Those past a full process wait in the kernel's
 // queue for the next to start, which took over 10 s once with another test file loading the machine.
 async function openConnections(port: number, count: number): Promise<Socket[]> {
-  return Promise.all(Array.from({ length: count }, async () => {
-    const socket = connect(port, '127.0.0.1').on('error', () => {}) // those of a process killed: reset
-    await within(once(socket, 'connect'), 30_000, 'a connection accepted')
-    socket.write('GET /posts/1 HTTP/1.1\r\nHost: x\r\n\r\n')
-    const [answer] = await within(once(socket, 'data'), 30_000, 'the answer on a new connection')
-    assert.match(String(answer), /^HTTP\/1.1 200 OK/)
-    return socket
-  }))
+  return Promise.all(
+    Array.from({ length: count }, async () => {
+      const socket = connect(port, '127.0.0.1').on('error', () => {}) // those of a process killed: reset
+      await within(once(socket, 'connect'), 30_000, 'a connection accepted')
+      socket.write('GET /posts/1 HTTP/1.1\r\nHost: x\r\n\r\n')
+      const [answer] = await within(once(socket, 'data'), 30_000, 'the answer on a new connection')
+      assert.match(String(answer), /^HTTP\/1.1 200 OK/)
+      return socket
+    }),
+  )
 }
 
 // The first process's connections that are still open (at least 900 of them), and the new ones: 50 of
@@ -85,7 +107,10 @@ describe('more connections than one process has files for', () => {
       assert.ok(done.answered > 3000, `${done.answered} answers`)
       // 3,000 connections over about 930 a process, and the next one started.
       assert.ok(processes.length >= 4, `${processes.length} processes`)
-      assert.match(server.output(), /process \d+ is full \(\d+ connections, 1024 open files at most\): the next takes new ones/)
+      assert.match(
+        server.output(),
+        /process \d+ is full \(\d+ connections, 1024 open files at most\): the next takes new ones/,
+      )
       assert.equal(await within(server.stop('SIGTERM'), 30_000, 'the first process to exit on SIGTERM'), 0)
       await until(() => !processes.some(isRunning), 15_000, 'every process to exit')
       server = await start(1024)
@@ -110,8 +135,16 @@ describe('more connections than one process has files for', () => {
     test('the process taking new connections dies with 1500 open: its successor takes new ones; every other connection stays', async () => {
       const { port, kept, taking, successor } = await withHelpers()
       process.kill(taking, 'SIGKILL')
-      await until(() => server.output().includes(`process ${taking} exited (SIGKILL), and its connections with it`), 10_000, 'the first to see it')
-      await until(() => server.output().includes(`process ${successor} takes new connections`), 10_000, 'the successor to take new connections')
+      await until(
+        () => server.output().includes(`process ${taking} exited (SIGKILL), and its connections with it`),
+        10_000,
+        'the first to see it',
+      )
+      await until(
+        () => server.output().includes(`process ${successor} takes new connections`),
+        10_000,
+        'the successor to take new connections',
+      )
       await stillServe(kept, await openConnections(port, 1000))
       assert.equal(server.output().split('listening on').length, 2, 'the socket stayed: the first did not listen again')
     })
@@ -120,7 +153,11 @@ describe('more connections than one process has files for', () => {
     test('the process taking new connections dies after its successor did: the first listens again; every other connection stays', async () => {
       const { port, kept, taking, successor } = await withHelpers()
       process.kill(successor, 'SIGKILL')
-      await until(() => server.output().includes(`process ${successor} exited (SIGKILL)`), 10_000, 'the first to see the successor die')
+      await until(
+        () => server.output().includes(`process ${successor} exited (SIGKILL)`),
+        10_000,
+        'the first to see the successor die',
+      )
       process.kill(taking, 'SIGKILL')
       await until(() => server.output().split('listening on').length === 3, 10_000, 'the first to listen again')
       assert.ok(isRunning(server.child.pid!), `the first process is alive:\n${server.output()}`)
@@ -146,14 +183,21 @@ describe('more connections than one process has files for', () => {
   // npm start and the image run dist/start.js, which seeds if it must and then serves in its own
   // process: the processes it adds run the server (dist/app.js), never start.js again, seed step and all.
   describe('under npm start (dist/start.js)', () => {
-    const script = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').find((arg) => arg.endsWith('.js'))
+    const script = (pid: number) =>
+      readFileSync(`/proc/${pid}/cmdline`, 'utf8')
+        .split('\0')
+        .find((arg) => arg.endsWith('.js'))
     const seedLines = (output: string) => output.split('\n').filter((line) => line.startsWith('seed: '))
 
     test('past the open-file limit, every helper runs dist/app.js, and the seed step runs once', async () => {
-      const server = await startServer('prlimit', ['--nofile=256', process.execPath, 'dist/start.js'], { env: { SQLITE_PATH: db.path } })
+      const server = await startServer('prlimit', ['--nofile=256', process.execPath, 'dist/start.js'], {
+        env: { SQLITE_PATH: db.path },
+      })
       try {
         // What the processes said, with a connection that failed: why, if they know.
-        const sockets = await openConnections(Number(new URL(server.url).port), 600).catch((error) => assert.fail(`${error.message}\n${server.output()}`))
+        const sockets = await openConnections(Number(new URL(server.url).port), 600).catch((error) =>
+          assert.fail(`${error.message}\n${server.output()}`),
+        )
         const [first, ...helpers] = processTree(server.child.pid!)
         assert.ok(helpers.length >= 2, `${helpers.length} helpers for 600 connections`)
         assert.equal(script(first), 'dist/start.js')
@@ -167,7 +211,9 @@ describe('more connections than one process has files for', () => {
     })
 
     test('WORKERS=2: both workers run dist/app.js and answer; the seed step runs once', async () => {
-      const server = await startServer(process.execPath, ['dist/start.js'], { env: { SQLITE_PATH: db.path, WORKERS: '2' } })
+      const server = await startServer(process.execPath, ['dist/start.js'], {
+        env: { SQLITE_PATH: db.path, WORKERS: '2' },
+      })
       try {
         await until(() => server.output().split('listening on').length === 3, 10_000, 'both workers to listen')
         const [primary, ...workers] = processTree(server.child.pid!)

@@ -34,14 +34,17 @@ export async function killEverything(pid: number) {
   for (const p of tree) process.kill(p, 'SIGKILL')
   const alive = (p: number) => existsSync(`/proc/${p}`) && !/\) Z /.test(readFileSync(`/proc/${p}/stat`, 'utf8'))
   for (const deadline = performance.now() + 10_000; tree.some(alive); await sleep(10)) {
-    if (performance.now() > deadline) throw new Error(`processes ${tree.filter(alive).join(', ')} still there 10 s after SIGKILL`)
+    if (performance.now() > deadline)
+      throw new Error(`processes ${tree.filter(alive).join(', ')} still there 10 s after SIGKILL`)
   }
 }
 
 // Litestream's default: how often a replica is sent what is new (start.ts changes none of its settings).
 export const SYNC_INTERVAL_MS = 1_000
 
-export type Write = { at: number; ms: number } & ({ kind: 'post'; id: number; body: string } | { kind: 'like'; userId: number; postId: number })
+export type Write = { at: number; ms: number } & (
+  { kind: 'post'; id: number; body: string } | { kind: 'like'; userId: number; postId: number }
+)
 
 // Lanes of concurrent writes until stop(), each creating a post and then liking it as another user,
 // so the group commit always has company, pausing pauseMs after each pair. Every 201 is kept with the
@@ -53,7 +56,11 @@ export function writeStream(url: string, tokens: Token[], label: string, { lanes
   let running = true
   const send = async (path: string, token: string, body?: string) => {
     const sent = performance.now()
-    const res = await fetch(url + path, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body })
+    const res = await fetch(url + path, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body,
+    })
     const text = await res.text()
     if (res.status !== 201) throw new Error(`${res.status} ${text}`)
     return { at: performance.now(), ms: performance.now() - sent, answer: JSON.parse(text) }
@@ -94,7 +101,11 @@ export function notIn(path: string, writes: Write[]) {
     const integrity = (db.prepare('PRAGMA integrity_check').get() as { integrity_check: string }).integrity_check
     const post = db.prepare('SELECT body FROM posts WHERE id = ?')
     const like = db.prepare('SELECT 1 AS found FROM likes WHERE user_id = ? AND post_id = ?')
-    const missing = writes.filter((w) => (w.kind === 'post' ? (post.get(w.id) as { body?: string } | undefined)?.body !== w.body : !like.get(w.userId, w.postId)))
+    const missing = writes.filter((w) =>
+      w.kind === 'post'
+        ? (post.get(w.id) as { body?: string } | undefined)?.body !== w.body
+        : !like.get(w.userId, w.postId),
+    )
     return { integrity, missing }
   } finally {
     db.close()
@@ -103,7 +114,10 @@ export function notIn(path: string, writes: Write[]) {
 
 // `litestream restore -o <path> <replica URL>`, by hand as docs/litestream.md tells.
 export function restoreByHand(url: string, path: string, env: Record<string, string> = {}) {
-  const run = spawnSync(LITESTREAM!, ['restore', '-o', path, url], { encoding: 'utf8', env: { PATH: process.env.PATH, ...env } })
+  const run = spawnSync(LITESTREAM!, ['restore', '-o', path, url], {
+    encoding: 'utf8',
+    env: { PATH: process.env.PATH, ...env },
+  })
   if (run.status !== 0) throw new Error(`litestream restore: ${run.stdout}${run.stderr}`)
 }
 

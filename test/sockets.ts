@@ -11,18 +11,23 @@ const CLOSE_WAIT = '08' // the client closed its end; the server has not yet
 const LISTEN = '0A'
 
 function tcpSockets(): TcpSocket[] {
-  return readFileSync('/proc/net/tcp', 'utf8').trim().split('\n').slice(1).map((line) => {
-    const [, local, remote, state, queues] = line.trim().split(/\s+/)
-    const port = (address: string) => parseInt(address.split(':')[1], 16)
-    return { localPort: port(local), remotePort: port(remote), state, unread: parseInt(queues.split(':')[1], 16) }
-  })
+  return readFileSync('/proc/net/tcp', 'utf8')
+    .trim()
+    .split('\n')
+    .slice(1)
+    .map((line) => {
+      const [, local, remote, state, queues] = line.trim().split(/\s+/)
+      const port = (address: string) => parseInt(address.split(':')[1], 16)
+      return { localPort: port(local), remotePort: port(remote), state, unread: parseInt(queues.split(':')[1], 16) }
+    })
 }
 
 // Whether anything listens on the port.
 export const listensOn = (port: number) => tcpSockets().some((s) => s.localPort === port && s.state === LISTEN)
 
 // How many connections to the port the server still holds: open, or closed by the client only.
-export const heldOn = (port: number) => tcpSockets().filter((s) => s.localPort === port && (s.state === ESTABLISHED || s.state === CLOSE_WAIT)).length
+export const heldOn = (port: number) =>
+  tcpSockets().filter((s) => s.localPort === port && (s.state === ESTABLISHED || s.state === CLOSE_WAIT)).length
 
 // Whether the server at the other end of a connected socket has taken in all the client wrote: nothing
 // waits in the client's buffer, and the server's end of the connection holds no byte unread. A Node

@@ -25,7 +25,13 @@ function start(env: Record<string, string>) {
   const b = box()
   const run = spawnSync(process.execPath, ['dist/start.js'], {
     cwd: ROOT,
-    env: { PATH: process.env.PATH, SQLITE_PATH: b.path, PORT: '0', LITESTREAM_REPLICA_URL: `file://${join(b.dir, 'replica')}`, ...env },
+    env: {
+      PATH: process.env.PATH,
+      SQLITE_PATH: b.path,
+      PORT: '0',
+      LITESTREAM_REPLICA_URL: `file://${join(b.dir, 'replica')}`,
+      ...env,
+    },
     encoding: 'utf8',
     timeout: 30_000,
   })
@@ -36,7 +42,10 @@ function start(env: Record<string, string>) {
 // it was asked and exits 0.
 function fakeLitestream(version: string) {
   const path = join(box().dir, 'litestream')
-  writeFileSync(path, `#!/bin/sh\nif [ "$1" = version ]; then echo '${version}'; exit 0; fi\necho "litestream asked: $*"\n`)
+  writeFileSync(
+    path,
+    `#!/bin/sh\nif [ "$1" = version ]; then echo '${version}'; exit 0; fi\necho "litestream asked: $*"\n`,
+  )
   chmodSync(path, 0o755)
   return path
 }
@@ -46,7 +55,10 @@ describe('npm start with LITESTREAM_REPLICA_URL', () => {
     test('none on the PATH or in LITESTREAM_BIN: the start stops with one line that says where to get 0.5.17', () => {
       const run = start({ PATH: '/usr/bin:/bin', LITESTREAM_BIN: '' })
       assert.equal(run.status, 1)
-      assert.match(run.output, /^start: LITESTREAM_REPLICA_URL needs Litestream 0\.5\.17 or later, and there is no litestream on the PATH: get it from the image litestream\/litestream:0\.5\.17/m)
+      assert.match(
+        run.output,
+        /^start: LITESTREAM_REPLICA_URL needs Litestream 0\.5\.17 or later, and there is no litestream on the PATH: get it from the image litestream\/litestream:0\.5\.17/m,
+      )
       assert.doesNotMatch(run.output, /listening on/)
     })
 
@@ -70,20 +82,33 @@ describe('npm start with LITESTREAM_REPLICA_URL', () => {
       for (const version of ['v0.5.17', 'v0.5.17-0.20260819145314-63225f17ccbb', 'v0.6.0', 'v1.0.0']) {
         const run = start({ LITESTREAM_BIN: fakeLitestream(version) })
         assert.equal(run.status, 0, `${version}: ${run.output}`)
-        assert.match(run.output, /litestream asked: replicate -config \S+\.feed\.db-litestream\.yml -no-expand-env -exec /, version)
+        assert.match(
+          run.output,
+          /litestream asked: replicate -config \S+\.feed\.db-litestream\.yml -no-expand-env -exec /,
+          version,
+        )
       }
       for (const version of ['v0.5.16', 'v0.4.99', '0.3.13', 'development build']) {
         assert.equal(start({ LITESTREAM_BIN: fakeLitestream(version) }).status, 1, version)
       }
     })
 
-    test('the config is 0.5\'s: one database, one replica, and the control socket beside the database', () => {
-      const run = start({ LITESTREAM_BIN: fakeLitestream('v0.5.17'), AWS_ENDPOINT_URL_S3: 'http://127.0.0.1:9', AWS_REGION: 'auto' })
+    test("the config is 0.5's: one database, one replica, and the control socket beside the database", () => {
+      const run = start({
+        LITESTREAM_BIN: fakeLitestream('v0.5.17'),
+        AWS_ENDPOINT_URL_S3: 'http://127.0.0.1:9',
+        AWS_REGION: 'auto',
+      })
       assert.equal(run.status, 0, run.output)
       const config = JSON.parse(readFileSync(join(run.box.dir, '.feed.db-litestream.yml'), 'utf8'))
       assert.deepEqual(config, {
         socket: { enabled: true, path: join(run.box.dir, '.feed.db-litestream.sock') },
-        dbs: [{ path: run.box.path, replica: { url: `file://${join(run.box.dir, 'replica')}`, endpoint: 'http://127.0.0.1:9', region: 'auto' } }],
+        dbs: [
+          {
+            path: run.box.path,
+            replica: { url: `file://${join(run.box.dir, 'replica')}`, endpoint: 'http://127.0.0.1:9', region: 'auto' },
+          },
+        ],
       })
     })
 
@@ -96,7 +121,10 @@ describe('npm start with LITESTREAM_REPLICA_URL', () => {
     })
 
     test('an interval that is not a duration stops the start before Litestream runs', () => {
-      for (const [name, value] of [['LITESTREAM_SYNC_INTERVAL', '100'], ['LITESTREAM_FOLLOW_INTERVAL', 'fast']]) {
+      for (const [name, value] of [
+        ['LITESTREAM_SYNC_INTERVAL', '100'],
+        ['LITESTREAM_FOLLOW_INTERVAL', 'fast'],
+      ]) {
         const run = start({ LITESTREAM_BIN: fakeLitestream('v0.5.17'), [name]: value })
         assert.equal(run.status, 1, run.output)
         assert.equal(run.output.trim(), `start: ${name} is a duration such as 100ms or 1s, not "${value}"`)
@@ -108,13 +136,22 @@ describe('npm start with LITESTREAM_REPLICA_URL', () => {
     test('/health says the replica is ok; a write reaches it; SIGTERM stops both with 0', async () => {
       const b = box()
       const replica = join(b.dir, 'replica')
-      const server = await startServer(process.execPath, ['dist/start.js'], { env: { SQLITE_PATH: b.path, LITESTREAM_REPLICA_URL: `file://${replica}`, ...LITESTREAM_ENV } })
+      const server = await startServer(process.execPath, ['dist/start.js'], {
+        env: { SQLITE_PATH: b.path, LITESTREAM_REPLICA_URL: `file://${replica}`, ...LITESTREAM_ENV },
+      })
       try {
         // behind_ms: since the replica last took all there was (at first, since the server started).
-        const { replica: state } = await (await fetch(`${server.url}/health`, { signal: AbortSignal.timeout(5_000) })).json()
+        const { replica: state } = await (
+          await fetch(`${server.url}/health`, { signal: AbortSignal.timeout(5_000) })
+        ).json()
         assert.equal(state.state, 'ok')
         assert.ok(state.behind_ms >= 0 && state.behind_ms < 5_000, `behind_ms ${state.behind_ms}`)
-        const res = await fetch(`${server.url}/posts`, { method: 'POST', headers: { authorization: `Bearer ${await b.tokenFor(1)}` }, body: JSON.stringify({ body: 'replicated' }), signal: AbortSignal.timeout(10_000) })
+        const res = await fetch(`${server.url}/posts`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${await b.tokenFor(1)}` },
+          body: JSON.stringify({ body: 'replicated' }),
+          signal: AbortSignal.timeout(10_000),
+        })
         assert.equal(res.status, 201)
         const { post } = await res.json()
         // Litestream sends each second: restored by hand, the replica soon holds the post.
@@ -132,11 +169,16 @@ describe('npm start with LITESTREAM_REPLICA_URL', () => {
         while (!holds() && performance.now() < deadline) await sleep(200)
         assert.ok(holds(), 'the replica held the write within 10 s')
         await sleep(1_500) // the server asks Litestream once a second: /health after its next question
-        const after = (await (await fetch(`${server.url}/health`, { signal: AbortSignal.timeout(5_000) })).json()).replica
+        const after = (await (await fetch(`${server.url}/health`, { signal: AbortSignal.timeout(5_000) })).json())
+          .replica
         assert.equal(after.state, 'ok')
         assert.ok(after.behind_ms < 3_000, `the replica took what was new ${after.behind_ms} ms ago`)
       } finally {
-        assert.equal(await within(server.stop(), 15_000, 'Litestream and the server to exit on SIGTERM'), 0, server.output())
+        assert.equal(
+          await within(server.stop(), 15_000, 'Litestream and the server to exit on SIGTERM'),
+          0,
+          server.output(),
+        )
       }
     })
   })

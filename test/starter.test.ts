@@ -18,21 +18,34 @@ function starterCommands(): string[] {
   const section = readFileSync(join(ROOT, 'README.md'), 'utf8').split('\n## Use `app.ts` as a starter\n')[1]
   const block = /```sh\n([\s\S]*?)```/.exec(section ?? '')?.[1]
   assert.ok(block, 'README.md has the section, with its commands')
-  return block.trim().split('\n').map((line) => line.replaceAll('../twelve-dollar-feed/', `${ROOT}/`))
+  return block
+    .trim()
+    .split('\n')
+    .map((line) => line.replaceAll('../twelve-dollar-feed/', `${ROOT}/`))
 }
 
 // The files the section's cp line copies into the folder.
 function copiedFiles(commands: string[]): string[] {
   const cp = commands.find((line) => line.startsWith('cp '))
   assert.ok(cp, 'the commands copy the files with cp')
-  return cp.split(' ').slice(1, -1).map((path) => basename(path))
+  return cp
+    .split(' ')
+    .slice(1, -1)
+    .map((path) => basename(path))
 }
 
 describe('app.ts as a starter, copied as the README says', { timeout: 180_000 }, () => {
   const folder = mkdtempSync(join(tmpdir(), 'starter-'))
   const db = freshSeededCopy()
   // The project's Node first on the PATH, and a home of its own.
-  const env = { PATH: `${dirname(process.execPath)}:${process.env.PATH}`, HOME: folder, npm_config_prefer_offline: 'true', npm_config_audit: 'false', npm_config_fund: 'false', npm_config_update_notifier: 'false' }
+  const env = {
+    PATH: `${dirname(process.execPath)}:${process.env.PATH}`,
+    HOME: folder,
+    npm_config_prefer_offline: 'true',
+    npm_config_audit: 'false',
+    npm_config_fund: 'false',
+    npm_config_update_notifier: 'false',
+  }
   const commands = starterCommands()
   let server: Server
 
@@ -40,12 +53,25 @@ describe('app.ts as a starter, copied as the README says', { timeout: 180_000 },
     const setup = commands.slice(0, -1)
     // npm with the machine's environment (its registry and CA settings: it asks the registry for the
     // packages' metadata, which npm ci never cached); the server below without it.
-    const run = spawnSync('bash', ['-euxc', setup.join('\n')], { cwd: folder, env: { ...process.env, ...env, npm_config_cache: join(process.env.HOME ?? '/root', '.npm') }, stdio: ['ignore', 'pipe', 'pipe'], encoding: 'utf8', timeout: 120_000 })
-    assert.equal(run.status, 0, `the README's commands (${run.error?.message ?? `exit ${run.status}`}):\n${run.stdout}${run.stderr}`)
+    const run = spawnSync('bash', ['-euxc', setup.join('\n')], {
+      cwd: folder,
+      env: { ...process.env, ...env, npm_config_cache: join(process.env.HOME ?? '/root', '.npm') },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      encoding: 'utf8',
+      timeout: 120_000,
+    })
+    assert.equal(
+      run.status,
+      0,
+      `the README's commands (${run.error?.message ?? `exit ${run.status}`}):\n${run.stdout}${run.stderr}`,
+    )
     const cd = /^mkdir (\S+) && cd \1$/.exec(setup[0])?.[1]
     assert.ok(cd, `the first command makes the folder and enters it: ${setup[0]}`)
     const [command, ...args] = commands.at(-1)!.split(' ')
-    server = await startServer(command, args, { cwd: join(folder, cd), env: { ...env, SQLITE_PATH: db.path, JWT_SECRET: DEFAULT_SECRET } })
+    server = await startServer(command, args, {
+      cwd: join(folder, cd),
+      env: { ...env, SQLITE_PATH: db.path, JWT_SECRET: DEFAULT_SECRET },
+    })
   })
 
   after(async () => {
@@ -63,7 +89,9 @@ describe('app.ts as a starter, copied as the README says', { timeout: 180_000 },
     assert.deepEqual(readdirSync(dir).sort(), [...copied, 'node_modules', 'package-lock.json', 'package.json'].sort())
     // What app.ts names beside itself: the files it imports, and the types it references for an editor.
     const source = readFileSync(join(ROOT, 'app.ts'), 'utf8')
-    const named = [...source.matchAll(/^import .* from '\.\/([^']+)'|^\/\/\/ <reference path="([^"]+)"/gm)].map(([, file, types]) => file ?? types)
+    const named = [...source.matchAll(/^import .* from '\.\/([^']+)'|^\/\/\/ <reference path="([^"]+)"/gm)].map(
+      ([, file, types]) => file ?? types,
+    )
     assert.ok(named.includes('schema.sql') && named.includes('types.d.ts'), `app.ts names ${named.join(', ')}`)
     for (const file of named) assert.ok(copied.includes(file), `the README copies ${file}, which app.ts names`)
   })

@@ -13,18 +13,34 @@ import { createWireServer } from '../server/wire.ts'
 let slowStarted = 0 // requests that reached /slow's handler
 let aborted = 0
 const app = new Hono()
-app.get('/stream', () => new Response(new ReadableStream({ start: (c) => (c.enqueue(new TextEncoder().encode('one,')), c.enqueue(new TextEncoder().encode('two')), c.close()) })))
+app.get(
+  '/stream',
+  () =>
+    new Response(
+      new ReadableStream({
+        start: (c) => (
+          c.enqueue(new TextEncoder().encode('one,')),
+          c.enqueue(new TextEncoder().encode('two')),
+          c.close()
+        ),
+      }),
+    ),
+)
 app.get('/empty/:status', (c) => new Response(null, { status: Number(c.req.param('status')) }))
 app.get('/latin1', () => new Response('x', { headers: { 'x-name': 'Zo\xeb' } }))
 app.get('/injected', () => new Response('x', { headers: { 'x-bad': 'a\r\nset-cookie: b' } }))
 app.get('/bytes', () => new Response(new Uint8Array([104, 105])))
 app.post('/echo', async (c) => c.text(await c.req.text()))
 app.post('/form', async (c) => c.json(Object.fromEntries(await c.req.formData())))
-app.get('/slow', (c) => new Promise<Response>((resolve) => {
-  slowStarted++
-  c.req.raw.signal.addEventListener('abort', () => aborted++)
-  setTimeout(() => resolve(c.text('late')), 300)
-}))
+app.get(
+  '/slow',
+  (c) =>
+    new Promise<Response>((resolve) => {
+      slowStarted++
+      c.req.raw.signal.addEventListener('abort', () => aborted++)
+      setTimeout(() => resolve(c.text('late')), 300)
+    }),
+)
 
 const api = createWireServer(app.fetch, 16 * 1024)
 let port = 0
@@ -35,10 +51,14 @@ before(async () => {
 })
 after(() => api.server.close())
 
-const get = (path: string, version = '1.1') => exchange(port, `GET ${path} HTTP/${version}\r\nHost: t\r\n${version === '1.0' ? '' : 'Connection: close\r\n'}\r\n`)
+const get = (path: string, version = '1.1') =>
+  exchange(port, `GET ${path} HTTP/${version}\r\nHost: t\r\n${version === '1.0' ? '' : 'Connection: close\r\n'}\r\n`)
 
 // Everything a connection sends back until it closes (or timeoutMs), for bytes written in pieces.
-function conversation(pieces: string[], { gapMs = 5, timeoutMs = 3_000 } = {}): Promise<{ text: string; closed: boolean }> {
+function conversation(
+  pieces: string[],
+  { gapMs = 5, timeoutMs = 3_000 } = {},
+): Promise<{ text: string; closed: boolean }> {
   return new Promise((resolve) => {
     const socket: Socket = connect(port, '127.0.0.1')
     let text = ''
@@ -48,7 +68,11 @@ function conversation(pieces: string[], { gapMs = 5, timeoutMs = 3_000 } = {}): 
       resolve({ text, closed })
     }
     const timer = setTimeout(() => done(false), timeoutMs)
-    socket.setEncoding('latin1').on('data', (chunk) => (text += chunk)).on('close', () => done(true)).on('error', () => {})
+    socket
+      .setEncoding('latin1')
+      .on('data', (chunk) => (text += chunk))
+      .on('close', () => done(true))
+      .on('error', () => {})
     // gapMs apart, so that each piece comes to the server as a read of its own: the gap is the test.
     socket.once('connect', async () => {
       for (const piece of pieces) {
@@ -80,7 +104,7 @@ describe('answers', () => {
     assert.equal((await get('/empty/200')).headers['content-length'], '0')
   })
 
-  test('HEAD has the GET\'s fields and no body', async () => {
+  test("HEAD has the GET's fields and no body", async () => {
     const answer = await exchange(port, 'HEAD /bytes HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n')
     assert.equal(answer.status, 200)
     assert.equal(answer.bodyBytes, 0)
@@ -113,29 +137,47 @@ describe('requests', () => {
   })
 
   test('a chunked body reaches the handler decoded, with its length', async () => {
-    const { text } = await conversation(['POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n', '3;x=y\r\nabc\r\n', '2\r\nde\r\n0\r\nTrailer-A: 1\r\n\r\n'])
+    const { text } = await conversation([
+      'POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n',
+      '3;x=y\r\nabc\r\n',
+      '2\r\nde\r\n0\r\nTrailer-A: 1\r\n\r\n',
+    ])
     assert.match(text, /\r\n\r\nabcde$/)
   })
 
   test('a form body is read through a real Request, built when asked for', async () => {
     const body = 'a=1&b=two'
-    const answer = await exchange(port, `POST /form HTTP/1.1\r\nHost: t\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`)
+    const answer = await exchange(
+      port,
+      `POST /form HTTP/1.1\r\nHost: t\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`,
+    )
     assert.deepEqual(JSON.parse(answer.body), { a: '1', b: 'two' })
   })
 
   test('Expect: 100-continue is answered 100 first, then the answer', async () => {
-    const { text } = await conversation(['POST /echo HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\n', 'ok'], { gapMs: 50 })
+    const { text } = await conversation(
+      [
+        'POST /echo HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\n',
+        'ok',
+      ],
+      { gapMs: 50 },
+    )
     assert.match(text, /^HTTP\/1.1 100 Continue\r\n\r\nHTTP\/1.1 200 [^]*\r\n\r\nok$/)
   })
 
   test('pipelined requests are answered in order; Connection: close is answered, then the connection closes whatever follows', async () => {
-    const { text, closed } = await conversation(['GET /bytes HTTP/1.1\r\nHost: t\r\n\r\nPOST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabcGET /bytes HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\nGARBAGE\r\n\r\n'])
-    assert.deepEqual([...text.matchAll(/HTTP\/1.1 (\d+) /g)].map((m) => m[1]), ['200', '200', '200'])
+    const { text, closed } = await conversation([
+      'GET /bytes HTTP/1.1\r\nHost: t\r\n\r\nPOST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabcGET /bytes HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\nGARBAGE\r\n\r\n',
+    ])
+    assert.deepEqual(
+      [...text.matchAll(/HTTP\/1.1 (\d+) /g)].map((m) => m[1]),
+      ['200', '200', '200'],
+    )
     assert.match(text, /\r\n\r\nhi[^]*\r\n\r\nabc[^]*\r\n\r\nhi$/)
     assert.ok(closed)
   })
 
-  test('a client that resets its connection before its answer aborts the request\'s signal', async () => {
+  test("a client that resets its connection before its answer aborts the request's signal", async () => {
     const socket = connect(port, '127.0.0.1')
     await within(once(socket, 'connect'), 2_000, 'the connection')
     const startedBefore = slowStarted
@@ -157,7 +199,11 @@ describe('requests', () => {
 
   // As llhttp does: such a head can never become a request, so it is refused as the byte comes, not
   // after the timeout for a head.
-  for (const [fault, bytes] of [['a bare CR', 'GET /echo HTTP/1.1\r\nHost: t\r\n\r '], ['a bare LF', 'GET /echo HTTP/1.1\nHo'], ['a NUL', 'GET /echo HTTP/1.1\r\nX: \0']]) {
+  for (const [fault, bytes] of [
+    ['a bare CR', 'GET /echo HTTP/1.1\r\nHost: t\r\n\r '],
+    ['a bare LF', 'GET /echo HTTP/1.1\nHo'],
+    ['a NUL', 'GET /echo HTTP/1.1\r\nX: \0'],
+  ]) {
     test(`a head not yet whole with ${fault} is refused at once: 400, closed`, async () => {
       const { text, closed } = await conversation([bytes], { timeoutMs: 1_000 })
       assert.match(text, /^HTTP\/1\.1 400 /)
@@ -166,7 +212,9 @@ describe('requests', () => {
   }
 
   test('a client that sends its FIN in the middle of a request gets a 400', async () => {
-    const answer = await exchange(port, 'POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc', { halfClose: true })
+    const answer = await exchange(port, 'POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc', {
+      halfClose: true,
+    })
     assert.equal(answer.status, 400)
   })
 })

@@ -53,8 +53,11 @@ describe('SIGKILL in the middle of a stream of writes', () => {
         }
       }
       // A server that stops acknowledging is killed at the deadline, which ends the lanes too.
-      await within(Promise.all(Array.from({ length: LANES }, (_, n) => lane(n))), 60_000, `${killAfter} acknowledged writes, then the kill`)
-        .finally(() => server.child.kill('SIGKILL'))
+      await within(
+        Promise.all(Array.from({ length: LANES }, (_, n) => lane(n))),
+        60_000,
+        `${killAfter} acknowledged writes, then the kill`,
+      ).finally(() => server.child.kill('SIGKILL'))
       await within(exited, 10_000, 'the killed server to exit')
 
       // What the crash left: every acknowledged write, in a file that checks out. quick_check reads
@@ -65,10 +68,14 @@ describe('SIGKILL in the middle of a stream of writes', () => {
       assert.equal(Object.values(check.prepare(`PRAGMA ${pragma}`).get()!)[0], 'ok', pragma)
       const post = check.prepare('SELECT body FROM posts WHERE id = ?')
       const like = check.prepare('SELECT 1 AS found FROM likes WHERE user_id = ? AND post_id = ?')
-      const missingPosts = created.filter(({ id, body }) => (post.get(id) as { body?: string } | undefined)?.body !== body)
+      const missingPosts = created.filter(
+        ({ id, body }) => (post.get(id) as { body?: string } | undefined)?.body !== body,
+      )
       const missingLikes = liked.filter(({ userId, postId }) => !like.get(userId, postId))
       check.close()
-      t.diagnostic(`kill ${kill} after ${killAfter} acknowledged: ${sent} writes sent so far, ${created.length + liked.length} acknowledged, ${created.length + liked.length - missingPosts.length - missingLikes.length} found`)
+      t.diagnostic(
+        `kill ${kill} after ${killAfter} acknowledged: ${sent} writes sent so far, ${created.length + liked.length} acknowledged, ${created.length + liked.length - missingPosts.length - missingLikes.length} found`,
+      )
       assert.deepEqual(missingPosts, [], 'acknowledged posts missing after the crash')
       assert.deepEqual(missingLikes, [], 'acknowledged likes missing after the crash')
     }

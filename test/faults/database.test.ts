@@ -17,7 +17,10 @@ type Small = ReturnType<typeof smallDatabase>
 async function serve(db: Small): Promise<Server> {
   giveTo(asUser, db.dir)
   const { node, app } = runnableByUser()
-  return startServer(node, [app], { env: { SQLITE_PATH: db.path, BUSY_TIMEOUT_MS: '500', JWT_SECRET: DEFAULT_SECRET }, ...asUser })
+  return startServer(node, [app], {
+    env: { SQLITE_PATH: db.path, BUSY_TIMEOUT_MS: '500', JWT_SECRET: DEFAULT_SECRET },
+    ...asUser,
+  })
 }
 
 // A small database and, once start() is called, a server on it; both go away after the describe.
@@ -32,9 +35,16 @@ function scenario() {
 }
 
 const like = async (server: Server, db: Small, postId: number, userId = 1 + Math.floor(Math.random() * 50)) =>
-  fetch(`${server.url}/posts/${postId}/like`, { method: 'POST', headers: { authorization: `Bearer ${await db.tokenFor(userId)}` } })
+  fetch(`${server.url}/posts/${postId}/like`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${await db.tokenFor(userId)}` },
+  })
 const create = async (server: Server, db: Small, body: string) =>
-  fetch(`${server.url}/posts`, { method: 'POST', headers: { authorization: `Bearer ${await db.tokenFor(1)}` }, body: JSON.stringify({ body }) })
+  fetch(`${server.url}/posts`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${await db.tokenFor(1)}` },
+    body: JSON.stringify({ body }),
+  })
 
 async function expectDegraded(server: Server, error: string) {
   const res = await fetch(`${server.url}/health`)
@@ -108,7 +118,9 @@ describe('the disk is full', () => {
     mkdirSync(mount, { recursive: true })
     const mounting = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=4m', 'tmpfs', mount], { encoding: 'utf8' })
     if (mounting.status !== 0) {
-      t.skip(`cannot mount a 4 MB tmpfs here (${mounting.stderr.trim() || 'not permitted'}), so a full disk cannot be made`)
+      t.skip(
+        `cannot mount a 4 MB tmpfs here (${mounting.stderr.trim() || 'not permitted'}), so a full disk cannot be made`,
+      )
       return
     }
     mounted = true
@@ -151,7 +163,8 @@ describe('the database file is read-only', () => {
   const { db, start } = scenario()
 
   test('reads work, writes get a 503; once writable again, writes work without a restart', async (t) => {
-    if (process.getuid?.() === 0 && asUser.uid === undefined) return t.skip('running as root without another user: root ignores file modes')
+    if (process.getuid?.() === 0 && asUser.uid === undefined)
+      return t.skip('running as root without another user: root ignores file modes')
     chmodSync(db.path, 0o444)
     const server = await start()
     chmodSync(db.path, 0o444) // giveTo changed the owner; the mode is what matters
@@ -185,7 +198,6 @@ describe('the database file goes missing', () => {
     assert.equal(lost?.n, 0, 'the refused write is not in the file')
   })
 })
-
 
 // At start, not while serving: another process holds every lock on the file (an exclusive locking
 // mode, as a long write elsewhere might). The start waits, says so, and never
@@ -224,7 +236,10 @@ describe('another process holds every lock on the file when the server starts', 
     try {
       giveTo(asUser, db.dir)
       const { node, app } = runnableByUser()
-      server = await startServer(node, [app], { env: { SQLITE_PATH: db.path, JWT_SECRET: DEFAULT_SECRET, START_WAIT_MS: '1000' }, ...asUser })
+      server = await startServer(node, [app], {
+        env: { SQLITE_PATH: db.path, JWT_SECRET: DEFAULT_SECRET, START_WAIT_MS: '1000' },
+        ...asUser,
+      })
       assert.match(server.output(), /is still locked after 1 s; serving/)
       await expectDegraded(server, 'database is busy')
       await expect503(await fetch(`${server.url}/feed`), 'database is busy')

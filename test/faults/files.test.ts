@@ -20,26 +20,32 @@ describe('more connections than the open-file limit of WORKERS=1', () => {
   })
 
   test('sheds the connections past it, keeps serving the rest, and recovers when they close', async (t) => {
-    server = await startServer('bash', ['-c', `ulimit -n ${LIMIT} && exec "${process.execPath}" dist/app.js`], { env: { SQLITE_PATH: db.path, WORKERS: '1' } })
+    server = await startServer('bash', ['-c', `ulimit -n ${LIMIT} && exec "${process.execPath}" dist/app.js`], {
+      env: { SQLITE_PATH: db.path, WORKERS: '1' },
+    })
     const port = Number(new URL(server.url).port)
 
     // Twice the limit, each sending a whole request and waiting for its answer.
-    const outcomes = await Promise.all(Array.from({ length: 2 * LIMIT }, async () => {
-      const socket = connect(port, '127.0.0.1')
-      let answer = ''
-      socket.setEncoding('latin1').on('data', (chunk) => (answer += chunk))
-      // A shed connection may close with a reset: that is an outcome here, not an error.
-      socket.on('error', () => {})
-      socket.write('GET /posts/1 HTTP/1.1\r\nHost: test\r\n\r\n')
-      const outcome = await new Promise<string>((resolve) => {
-        socket.on('data', () => answer.includes('"post"') && resolve('answered'))
-        socket.on('close', () => resolve('closed'))
-        setTimeout(resolve, 5_000, 'no answer').unref()
-      })
-      return { socket, outcome }
-    }))
+    const outcomes = await Promise.all(
+      Array.from({ length: 2 * LIMIT }, async () => {
+        const socket = connect(port, '127.0.0.1')
+        let answer = ''
+        socket.setEncoding('latin1').on('data', (chunk) => (answer += chunk))
+        // A shed connection may close with a reset: that is an outcome here, not an error.
+        socket.on('error', () => {})
+        socket.write('GET /posts/1 HTTP/1.1\r\nHost: test\r\n\r\n')
+        const outcome = await new Promise<string>((resolve) => {
+          socket.on('data', () => answer.includes('"post"') && resolve('answered'))
+          socket.on('close', () => resolve('closed'))
+          setTimeout(resolve, 5_000, 'no answer').unref()
+        })
+        return { socket, outcome }
+      }),
+    )
     const count = (outcome: string) => outcomes.filter((o) => o.outcome === outcome).length
-    t.diagnostic(`${2 * LIMIT} connections with ${LIMIT} files: ${count('answered')} answered, ${count('closed')} closed, ${count('no answer')} no answer`)
+    t.diagnostic(
+      `${2 * LIMIT} connections with ${LIMIT} files: ${count('answered')} answered, ${count('closed')} closed, ${count('no answer')} no answer`,
+    )
 
     // Those it holds leave it no file to open: through two of the memory guard's looks (every 250 ms),
     // which once opened /proc/meminfo at each look, and the EMFILE ended the process.

@@ -23,16 +23,28 @@ async function writesAndProbes(t: TestContext, server: Server, tokens: Token[], 
   const probes = await health.stop()
   await stream.stop()
   const sorted = [...probes.latencies].sort((a, b) => a - b)
-  t.diagnostic(`${stream.acknowledged.length} writes acknowledged, ${stream.errors.length} failed; ${probes.latencies.length} /health probes, ` +
-    `${probes.failures.length} not 200; /health p99 ${sorted[Math.floor(sorted.length * 0.99)].toFixed(1)} ms, max ${probes.max.toFixed(1)} ms`)
+  t.diagnostic(
+    `${stream.acknowledged.length} writes acknowledged, ${stream.errors.length} failed; ${probes.latencies.length} /health probes, ` +
+      `${probes.failures.length} not 200; /health p99 ${sorted[Math.floor(sorted.length * 0.99)].toFixed(1)} ms, max ${probes.max.toFixed(1)} ms`,
+  )
   assert.deepEqual(stream.errors.slice(0, 5), [], `${stream.errors.length} writes failed`)
   assert.ok(stream.acknowledged.length > 1_000, `only ${stream.acknowledged.length} writes in ${seconds} s`)
-  assert.deepEqual(probes.failures.slice(0, 5), [], `${probes.failures.length} of ${probes.latencies.length} probes were not 200`)
+  assert.deepEqual(
+    probes.failures.slice(0, 5),
+    [],
+    `${probes.failures.length} of ${probes.latencies.length} probes were not 200`,
+  )
 }
 
 async function box() {
   const db = smallDatabase()
-  const tokens = await Promise.all(Array.from({ length: 50 }, async (_, i) => ({ id: i + 1, username: `user_${i + 1}`, token: await makeToken(claims(String(i + 1))) })))
+  const tokens = await Promise.all(
+    Array.from({ length: 50 }, async (_, i) => ({
+      id: i + 1,
+      username: `user_${i + 1}`,
+      token: await makeToken(claims(String(i + 1))),
+    })),
+  )
   return { db, tokens }
 }
 
@@ -52,14 +64,16 @@ describe('/health under writes at full rate', () => {
     })
     servers.push(server)
     // From its first snapshot on, Litestream checkpoints.
-    await until(() => /snapshot complete/.test(server.output()), 10_000, 'Litestream\'s first snapshot')
+    await until(() => /snapshot complete/.test(server.output()), 10_000, "Litestream's first snapshot")
     await writesAndProbes(t, server, b.tokens, 30)
   })
 
   test('with WORKERS=2, each worker committing beside the other: never a 503', async (t) => {
     const b = await box()
     boxes.push(b)
-    const server = await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: b.db.path, WORKERS: '2' } })
+    const server = await startServer(process.execPath, ['dist/app.js'], {
+      env: { SQLITE_PATH: b.db.path, WORKERS: '2' },
+    })
     servers.push(server)
     await until(() => (server.output().match(/listening on/g) ?? []).length === 2, 10_000, 'both workers listening')
     await writesAndProbes(t, server, b.tokens, 10)

@@ -21,7 +21,8 @@ const folders: string[] = []
 const servers: Server[] = []
 // Whatever a failed test left running is killed, Litestream and the server under it, so the file still ends.
 after(async () => {
-  for (const server of servers) if (server.child.exitCode === null && server.child.signalCode === null) await killEverything(server.child.pid!)
+  for (const server of servers)
+    if (server.child.exitCode === null && server.child.signalCode === null) await killEverything(server.child.pid!)
   folders.forEach((dir) => rmSync(dir, { recursive: true, force: true }))
 })
 const folder = (name: string) => {
@@ -38,15 +39,21 @@ const litestreamEnv = (env: Record<string, string> = {}) => ({ PATH: process.env
 async function startUnderOldLitestream(db: string, url: string) {
   const config = join(folder('old-config'), 'litestream.yml')
   writeFileSync(config, JSON.stringify({ dbs: [{ path: db, replicas: [{ url }] }] }, null, 2) + '\n')
-  const exec = [process.execPath, join(ROOT, 'dist', 'app.js')].map((word) => `'${word.replaceAll("'", `'\\''`)}'`).join(' ')
-  const server = await startServer(OLD_LITESTREAM!, ['replicate', '-config', config, '-no-expand-env', '-exec', exec], { env: { SQLITE_PATH: db, WAL_AUTOCHECKPOINT: '0' } })
+  const exec = [process.execPath, join(ROOT, 'dist', 'app.js')]
+    .map((word) => `'${word.replaceAll("'", `'\\''`)}'`)
+    .join(' ')
+  const server = await startServer(OLD_LITESTREAM!, ['replicate', '-config', config, '-no-expand-env', '-exec', exec], {
+    env: { SQLITE_PATH: db, WAL_AUTOCHECKPOINT: '0' },
+  })
   servers.push(server)
   return server
 }
 
 // `npm start` as it is now (dist/start.js), with LITESTREAM_REPLICA_URL set and Litestream 0.5.
 async function startReplicated(dir: string, url: string) {
-  const server = await startServer(process.execPath, ['dist/start.js'], { env: { SQLITE_PATH: join(dir, 'feed.db'), LITESTREAM_REPLICA_URL: url, ...LITESTREAM_ENV } })
+  const server = await startServer(process.execPath, ['dist/start.js'], {
+    env: { SQLITE_PATH: join(dir, 'feed.db'), LITESTREAM_REPLICA_URL: url, ...LITESTREAM_ENV },
+  })
   servers.push(server)
   return server
 }
@@ -58,7 +65,11 @@ async function writePairs(url: string, tokens: Token[], label: string, n: number
   const writes: Answered[] = []
   const send = async (path: string, token: string, body?: string) => {
     const sent = performance.now()
-    const res = await fetch(url + path, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body })
+    const res = await fetch(url + path, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body,
+    })
     const text = await res.text()
     assert.equal(res.status, 201, `POST ${path}: ${text}`)
     return { at: performance.now(), ms: performance.now() - sent, answer: JSON.parse(text) }
@@ -81,7 +92,11 @@ async function untilOldReplicaHolds(url: string, writes: Write[], timeoutMs: num
   let missing: Write[] = writes
   while (performance.now() - started < timeoutMs) {
     const dir = folder('old-check')
-    const run = spawnSync(OLD_LITESTREAM!, ['restore', '-o', join(dir, 'feed.db'), url], { encoding: 'utf8', env: litestreamEnv(), timeout: 30_000 })
+    const run = spawnSync(OLD_LITESTREAM!, ['restore', '-o', join(dir, 'feed.db'), url], {
+      encoding: 'utf8',
+      env: litestreamEnv(),
+      timeout: 30_000,
+    })
     if (run.status === 0) {
       missing = notIn(join(dir, 'feed.db'), writes).missing
       if (!missing.length) return (performance.now() - started) / 1000
@@ -89,14 +104,17 @@ async function untilOldReplicaHolds(url: string, writes: Write[], timeoutMs: num
     rmSync(dir, { recursive: true, force: true })
     await sleep(250)
   }
-  throw new Error(`Litestream 0.3.13's replica still lacks ${missing.length} of ${writes.length} writes after ${timeoutMs / 1000} s`)
+  throw new Error(
+    `Litestream 0.3.13's replica still lacks ${missing.length} of ${writes.length} writes after ${timeoutMs / 1000} s`,
+  )
 }
 
 // The replica folder as a listing: every file under it, relative, sorted.
-const filesIn = (dir: string) => readdirSync(dir, { recursive: true, withFileTypes: true })
-  .filter((entry) => entry.isFile())
-  .map((entry) => join(entry.parentPath, entry.name).slice(dir.length + 1))
-  .sort()
+const filesIn = (dir: string) =>
+  readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((entry) => entry.isFile())
+    .map((entry) => join(entry.parentPath, entry.name).slice(dir.length + 1))
+    .sort()
 
 const count = (path: string, table: string) => {
   const db = new DatabaseSync(path, { readOnly: true })
@@ -107,9 +125,11 @@ const count = (path: string, table: string) => {
   }
 }
 
-const skip = !OLD_LITESTREAM ? 'no Litestream 0.3.13 (npm package @flydotio/litestream-linux-x64, linux-x64 only, from test/litestream-0.3)'
-  : !LITESTREAM ? 'no Litestream 0.5 binary: set LITESTREAM_BIN, or put one at ../shared/tools/litestream'
-  : false
+const skip = !OLD_LITESTREAM
+  ? 'no Litestream 0.3.13 (npm package @flydotio/litestream-linux-x64, linux-x64 only, from test/litestream-0.3)'
+  : !LITESTREAM
+    ? 'no Litestream 0.5 binary: set LITESTREAM_BIN, or put one at ../shared/tools/litestream'
+    : false
 
 describeNeeding(skip, 'an existing replica written by Litestream 0.3.13, after the upgrade to 0.5.17', {}, () => {
   test("an existing user's replica written by Litestream 0.3.13 restores under 0.5.17, and 0.5.17 replicates on beside it", async (t) => {
@@ -117,7 +137,13 @@ describeNeeding(skip, 'an existing replica written by Litestream 0.3.13, after t
     const url = `file://${replica}`
     const small = smallDatabase()
     folders.push(small.dir)
-    const tokens: Token[] = await Promise.all(Array.from({ length: 50 }, async (_, i) => ({ id: i + 1, username: `user_${i + 1}`, token: await makeToken(claims(String(i + 1))) })))
+    const tokens: Token[] = await Promise.all(
+      Array.from({ length: 50 }, async (_, i) => ({
+        id: i + 1,
+        username: `user_${i + 1}`,
+        token: await makeToken(claims(String(i + 1))),
+      })),
+    )
 
     // The earlier release: the server under Litestream 0.3.13, some acknowledged writes, all synced, a clean stop.
     const old = await startUnderOldLitestream(small.path, url)
@@ -128,10 +154,18 @@ describeNeeding(skip, 'an existing replica written by Litestream 0.3.13, after t
     assert.equal(oldCode, 0, `Litestream 0.3.13 exits 0 on SIGTERM:\n${old.output().slice(-3000)}`)
     assert.match(old.output(), /snapshot written/)
     const oldFiles = filesIn(replica)
-    t.diagnostic(`0.3.13: ${before.length} writes acknowledged, all in its replica within ${synced.toFixed(1)} s; its replica holds ${oldFiles.join(', ')}`)
+    t.diagnostic(
+      `0.3.13: ${before.length} writes acknowledged, all in its replica within ${synced.toFixed(1)} s; its replica holds ${oldFiles.join(', ')}`,
+    )
     assert.deepEqual(readdirSync(replica), ['generations'])
-    assert.ok(oldFiles.some((f) => /^generations\/[0-9a-f]{16}\/snapshots\/[0-9a-f]{8}\.snapshot\.lz4$/.test(f)), 'a 0.3 snapshot')
-    assert.ok(oldFiles.some((f) => /^generations\/[0-9a-f]{16}\/wal\/[0-9a-f]{8}_[0-9a-f]{8}\.wal\.lz4$/.test(f)), 'a 0.3 WAL segment')
+    assert.ok(
+      oldFiles.some((f) => /^generations\/[0-9a-f]{16}\/snapshots\/[0-9a-f]{8}\.snapshot\.lz4$/.test(f)),
+      'a 0.3 snapshot',
+    )
+    assert.ok(
+      oldFiles.some((f) => /^generations\/[0-9a-f]{16}\/wal\/[0-9a-f]{8}_[0-9a-f]{8}\.wal\.lz4$/.test(f)),
+      'a 0.3 WAL segment',
+    )
 
     // The disk lost: the database, its -wal and -shm and 0.3.13's state, all gone with the folder.
     rmSync(small.dir, { recursive: true, force: true })
@@ -149,7 +183,11 @@ describeNeeding(skip, 'an existing replica written by Litestream 0.3.13, after t
     const restored = notIn(join(dir, 'feed.db'), before)
     assert.equal(restored.integrity, 'ok')
     assert.deepEqual(restored.missing, [], "every write acknowledged under 0.3.13 is in 0.5.17's restore")
-    assert.equal(count(join(dir, 'feed.db'), 'posts'), 100 + before.filter((w) => w.kind === 'post').length, 'the small database and the new posts, nothing more')
+    assert.equal(
+      count(join(dir, 'feed.db'), 'posts'),
+      100 + before.filter((w) => w.kind === 'post').length,
+      'the small database and the new posts, nothing more',
+    )
     const sample = before.findLast((w) => w.kind === 'post')! as Answered & { kind: 'post' }
     const got = await fetch(`${server.url}/posts/${sample.id}`)
     assert.equal(got.status, 200)
@@ -165,8 +203,15 @@ describeNeeding(skip, 'an existing replica written by Litestream 0.3.13, after t
     const ltxFiles = filesIn(replica).filter((f) => f.startsWith('ltx/'))
     t.diagnostic(`replica after 0.5.17: top level ${top.join(', ')}; LTX files ${ltxFiles.join(', ')}`)
     assert.deepEqual(top, ['generations', 'ltx'])
-    assert.ok(ltxFiles.some((f) => /\.ltx$/.test(f)), "0.5.17's LTX files")
-    assert.deepEqual(filesIn(replica).filter((f) => f.startsWith('generations/')), oldFiles, "0.3.13's files stay as they were")
+    assert.ok(
+      ltxFiles.some((f) => /\.ltx$/.test(f)),
+      "0.5.17's LTX files",
+    )
+    assert.deepEqual(
+      filesIn(replica).filter((f) => f.startsWith('generations/')),
+      oldFiles,
+      "0.3.13's files stay as they were",
+    )
 
     // A second loss restores from the mixed replica, with both releases' writes.
     const again = join(folder('second-loss'), 'feed.db')
@@ -175,6 +220,8 @@ describeNeeding(skip, 'an existing replica written by Litestream 0.3.13, after t
     assert.equal(second.integrity, 'ok')
     assert.deepEqual(second.missing, [], 'the writes of both releases are in the second restore')
     assert.equal(count(again, 'posts'), 100 + 50)
-    t.diagnostic(`second loss: restored by hand with all ${before.length} writes from 0.3.13's time and ${afterUpgrade.length} from 0.5.17's`)
+    t.diagnostic(
+      `second loss: restored by hand with all ${before.length} writes from 0.3.13's time and ${afterUpgrade.length} from 0.5.17's`,
+    )
   })
 })

@@ -22,14 +22,19 @@ process.stdout.write(JSON.stringify({ event: 'open' }) + '\n')
 const drip = setInterval(() => {
   for (const a of attackers) if (a.slow && !a.closedAt) a.socket.write('a')
 }, 1_000)
-while (attackers.some((a) => !a.closedAt) && performance.now() - started < 25_000) await new Promise((resolve) => setTimeout(resolve, 200))
+while (attackers.some((a) => !a.closedAt) && performance.now() - started < 25_000)
+  await new Promise((resolve) => setTimeout(resolve, 200))
 clearInterval(drip)
 
 const closed = attackers.filter((a) => a.closedAt)
-process.stdout.write(JSON.stringify({
-  event: 'done',
-  open: attackers.length - closed.length,
-  lastClosedAt: Math.max(0, ...closed.map((a) => a.closedAt!)),
-  slowTold408: attackers.filter((a) => a.slow && /^HTTP\/1\.1 408 /.test(a.answer) && a.answer.endsWith('{"error":"request timed out"}')).length,
-}) + '\n')
+process.stdout.write(
+  JSON.stringify({
+    event: 'done',
+    open: attackers.length - closed.length,
+    lastClosedAt: Math.max(0, ...closed.map((a) => a.closedAt!)),
+    slowTold408: attackers.filter(
+      (a) => a.slow && /^HTTP\/1\.1 408 /.test(a.answer) && a.answer.endsWith('{"error":"request timed out"}'),
+    ).length,
+  }) + '\n',
+)
 for (const a of attackers) a.socket.destroy()

@@ -19,10 +19,21 @@ describe('a slowloris attack', () => {
   test('leaves normal traffic fast, and every stalled connection is closed by the timeouts', async (t) => {
     const server = await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: db.path } })
     try {
-      const attacker = spawn(process.execPath, [join(ROOT, 'test', 'faults', 'slowloris-attacker.ts'), new URL(server.url).port, String(SLOW), String(SILENT)], { stdio: ['ignore', 'pipe', 'inherit'] })
+      const attacker = spawn(
+        process.execPath,
+        [join(ROOT, 'test', 'faults', 'slowloris-attacker.ts'), new URL(server.url).port, String(SLOW), String(SILENT)],
+        { stdio: ['ignore', 'pipe', 'inherit'] },
+      )
       const exited = new Promise((resolve) => attacker.once('exit', resolve))
       const events: Record<string, number | string>[] = []
-      attacker.stdout.on('data', (chunk) => events.push(...String(chunk).trim().split('\n').map((line) => JSON.parse(line))))
+      attacker.stdout.on('data', (chunk) =>
+        events.push(
+          ...String(chunk)
+            .trim()
+            .split('\n')
+            .map((line) => JSON.parse(line)),
+        ),
+      )
       await until(() => events.some((e) => e.event === 'open'), 30_000, 'the attacker to open its connections')
 
       // Normal traffic meanwhile: 100 requests a second for 12 s, through the server's timeouts (the
@@ -30,21 +41,27 @@ describe('a slowloris attack', () => {
       const latencies: number[] = []
       let failures = 0
       for (let second = 0; second < 12; second++) {
-        await Promise.all(Array.from({ length: 100 }, async (_, i) => {
-          await sleep(i * 10)
-          const sent = performance.now()
-          const res = await fetch(`${server.url}/posts/${1 + (((second * 100 + i) * 4999) % 500_000)}`).catch(() => undefined)
-          if (res?.status === 200) latencies.push(performance.now() - sent)
-          else failures++
-          await res?.arrayBuffer()
-        }))
+        await Promise.all(
+          Array.from({ length: 100 }, async (_, i) => {
+            await sleep(i * 10)
+            const sent = performance.now()
+            const res = await fetch(`${server.url}/posts/${1 + (((second * 100 + i) * 4999) % 500_000)}`).catch(
+              () => undefined,
+            )
+            if (res?.status === 200) latencies.push(performance.now() - sent)
+            else failures++
+            await res?.arrayBuffer()
+          }),
+        )
       }
       await within(exited, 30_000, 'the attacker to say how its connections ended, and exit')
       const done = events.find((e) => e.event === 'done')!
 
       latencies.sort((a, b) => a - b)
       const p99 = latencies[Math.floor(latencies.length * 0.99)]
-      t.diagnostic(`${SLOW} slow + ${SILENT} silent connections; normal traffic: ${latencies.length} answered, ${failures} failed, p99 ${p99.toFixed(1)} ms, max ${latencies.at(-1)!.toFixed(1)} ms; the last attacker closed at ${Number(done.lastClosedAt).toFixed(1)} s`)
+      t.diagnostic(
+        `${SLOW} slow + ${SILENT} silent connections; normal traffic: ${latencies.length} answered, ${failures} failed, p99 ${p99.toFixed(1)} ms, max ${latencies.at(-1)!.toFixed(1)} ms; the last attacker closed at ${Number(done.lastClosedAt).toFixed(1)} s`,
+      )
       assert.equal(failures, 0)
       // Starved requests would fail or wait seconds, until the 10 s header timeout freed the server.
       // On a quiet machine the tail is p99 15 to 80 ms, max about 100 ms (the moment the timeouts

@@ -30,7 +30,11 @@ describe('SIGTERM under load', () => {
         const outcome: Outcome = { sentAt: performance.now(), doneAt: 0 }
         try {
           const res = write
-            ? await fetch(`${server.url}/posts`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify({ body: `stop ${n}.${i}` }) })
+            ? await fetch(`${server.url}/posts`, {
+                method: 'POST',
+                headers: { authorization: `Bearer ${token}` },
+                body: JSON.stringify({ body: `stop ${n}.${i}` }),
+              })
             : await fetch(`${server.url}/posts/${1 + ((n * 7919 + i) % 500_000)}`)
           outcome.status = res.status
           await res.arrayBuffer()
@@ -48,28 +52,44 @@ describe('SIGTERM under load', () => {
     await sleep(2_000)
 
     // Ten uploads that are inside the server when SIGTERM comes: half their body before it, half after.
-    const uploads = await Promise.all(Array.from({ length: 10 }, async (_, n) => {
-      const socket = connect(port, '127.0.0.1')
-      await within(once(socket, 'connect'), 5_000, 'an upload\'s connection')
-      const body = JSON.stringify({ body: `sent across SIGTERM, ${n}` })
-      socket.write(`POST /posts HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${db.tokens[n].token}\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 10)}`)
-      let answer = ''
-      socket.on('data', (chunk) => (answer += chunk))
-      const closed = once(socket, 'close').then(() => answer)
-      return { socket, rest: body.slice(10), closed }
-    }))
-    await until(() => uploads.every((u) => serverHasRead(u.socket)), 5_000, 'the server to read the first half of every upload')
+    const uploads = await Promise.all(
+      Array.from({ length: 10 }, async (_, n) => {
+        const socket = connect(port, '127.0.0.1')
+        await within(once(socket, 'connect'), 5_000, "an upload's connection")
+        const body = JSON.stringify({ body: `sent across SIGTERM, ${n}` })
+        socket.write(
+          `POST /posts HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer ${db.tokens[n].token}\r\nContent-Length: ${body.length}\r\n\r\n${body.slice(0, 10)}`,
+        )
+        let answer = ''
+        socket.on('data', (chunk) => (answer += chunk))
+        const closed = once(socket, 'close').then(() => answer)
+        return { socket, rest: body.slice(10), closed }
+      }),
+    )
+    await until(
+      () => uploads.every((u) => serverHasRead(u.socket)),
+      5_000,
+      'the server to read the first half of every upload',
+    )
 
     stopAt = performance.now()
     const exitCode = server.stop('SIGTERM')
     await until(() => !listensOn(port), 5_000, 'the server to close its listener on SIGTERM')
     for (const upload of uploads) upload.socket.write(upload.rest)
-    const uploadAnswers = await within(Promise.all(uploads.map((u) => u.closed)), 15_000, 'the uploads answered and their connections closed')
-    const refused = await within(new Promise<string>((resolve) => {
-      const socket = connect(port, '127.0.0.1')
-      socket.once('connect', () => (socket.destroy(), resolve('accepted')))
-      socket.once('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? 'error'))
-    }), 5_000, 'a new connection accepted or refused')
+    const uploadAnswers = await within(
+      Promise.all(uploads.map((u) => u.closed)),
+      15_000,
+      'the uploads answered and their connections closed',
+    )
+    const refused = await within(
+      new Promise<string>((resolve) => {
+        const socket = connect(port, '127.0.0.1')
+        socket.once('connect', () => (socket.destroy(), resolve('accepted')))
+        socket.once('error', (err: NodeJS.ErrnoException) => resolve(err.code ?? 'error'))
+      }),
+      5_000,
+      'a new connection accepted or refused',
+    )
     const code = await within(exitCode, 15_000, 'the server to exit after SIGTERM')
     const stopSeconds = (performance.now() - stopAt) / 1000
     running = false
@@ -79,13 +99,23 @@ describe('SIGTERM under load', () => {
     const inFlight = outcomes.filter((o) => o.sentAt < stopAt - 50 && o.doneAt > stopAt)
     const before = outcomes.filter((o) => o.sentAt < stopAt - 50)
     const afterStop = outcomes.filter((o) => o.sentAt >= stopAt - 50)
-    t.diagnostic(`${before.length} requests before SIGTERM (${inFlight.length + uploads.length} in flight at it), ${afterStop.length} around or after it; exit ${code} after ${stopSeconds.toFixed(2)} s`)
+    t.diagnostic(
+      `${before.length} requests before SIGTERM (${inFlight.length + uploads.length} in flight at it), ${afterStop.length} around or after it; exit ${code} after ${stopSeconds.toFixed(2)} s`,
+    )
     for (const answer of uploadAnswers) {
       assert.match(answer, /^HTTP\/1\.1 201 Created\r\n/, 'an upload in flight at SIGTERM was answered')
       assert.match(answer, /\r\nconnection: close\r\n/i, 'and its connection was closed after the answer')
     }
-    assert.deepEqual(before.filter((o) => o.error || (o.status !== 200 && o.status !== 201)), [], 'requests the server had accepted failed')
-    assert.deepEqual(outcomes.filter((o) => (o.status ?? 0) >= 500), [], 'no 5xx, ever')
+    assert.deepEqual(
+      before.filter((o) => o.error || (o.status !== 200 && o.status !== 201)),
+      [],
+      'requests the server had accepted failed',
+    )
+    assert.deepEqual(
+      outcomes.filter((o) => (o.status ?? 0) >= 500),
+      [],
+      'no 5xx, ever',
+    )
     assert.equal(refused, 'ECONNREFUSED', 'new connections are refused once stopping')
     assert.equal(code, 0)
     assert.ok(stopSeconds < 10, `stopped in ${stopSeconds.toFixed(2)} s`)
