@@ -332,6 +332,27 @@ function print(kinds: Kind[], table: Table, passes: { a: Table; aa: Table }, noi
   )
 }
 
+// Each kind's figures of `ref` against ours, called a difference only past the noise.
+function printVerdicts(
+  kinds: Kind[],
+  ref: string,
+  ours: Record<string, Figures>,
+  theirs: Record<string, Figures>,
+  noise: Figures,
+) {
+  console.log('')
+  const floors = FIGURES.map((f) => pct(FLOOR[f])).join('/')
+  for (const kind of kinds) {
+    const calls = FIGURES.map((f) => {
+      const v = verdict(f, ours[kind][f], theirs[kind][f], noise)
+      return `${f} ${pct(v.change)} ${v.call}`
+    })
+    console.log(
+      `${kind.padEnd(7)} ${ref} against ours: ${calls.join(', ')}   (called past 3 x the A/A noise and ${floors})`,
+    )
+  }
+}
+
 export async function instructionsBench({
   seed,
   flags,
@@ -373,18 +394,7 @@ export async function instructionsBench({
     averaged[`against ${against.ref}`] = theirs
   }
   print(kinds, averaged, { a: table, aa }, noise)
-  if (theirs) {
-    console.log('')
-    for (const kind of kinds) {
-      const calls = FIGURES.map((f) => {
-        const v = verdict(f, averaged.ours[kind][f], theirs![kind][f], noise)
-        return `${f} ${pct(v.change)} ${v.call}`
-      })
-      console.log(
-        `${kind.padEnd(7)} ${against!.ref} against ours: ${calls.join(', ')}   (called past 3 x the A/A noise and ${FIGURES.map((f) => pct(FLOOR[f])).join('/')})`,
-      )
-    }
-  }
+  if (theirs) printVerdicts(kinds, against!.ref, averaged.ours, theirs, noise)
   return {
     kinds,
     n: N,

@@ -176,6 +176,27 @@ function printShares(
   }
 }
 
+// The sampling started: CPU, or with --alloc a sample every 1 KB allocated on average, kept though
+// the object is garbage by the end.
+async function startSampling(session: Awaited<ReturnType<typeof openInspector>>) {
+  if (!args.alloc) return session.send('Profiler.start')
+  await session.send('HeapProfiler.startSampling', {
+    samplingInterval: 1024,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: true,
+  })
+}
+
+// The profile, for DevTools, and its summary, in bench/results; gives the profile's file name.
+function saveProfile(name: string, profile: unknown, summary: object) {
+  mkdirSync(RESULTS, { recursive: true })
+  const stamp = new Date().toISOString().replace(/[:.]/g, '-')
+  const file = `${name}-${stamp}.${args.alloc ? 'heapprofile' : 'cpuprofile'}`
+  writeFileSync(join(RESULTS, file), JSON.stringify(profile))
+  writeFileSync(join(RESULTS, `${name}-${stamp}.json`), JSON.stringify(summary, null, 2))
+  return file
+}
+
 async function main() {
   ensureTools()
   const outdir = join(CACHE, 'profile-build')
@@ -198,14 +219,7 @@ async function main() {
     log(`profile: warming up ${endpoint}`)
     await wrk(server.url, endpoint, 2, seed.tokens)
     const before = cpuTicks(server.pid)
-    // A sample every 1 KB allocated on average, and kept though the object is garbage by the end.
-    if (args.alloc)
-      await session.send('HeapProfiler.startSampling', {
-        samplingInterval: 1024,
-        includeObjectsCollectedByMajorGC: true,
-        includeObjectsCollectedByMinorGC: true,
-      })
-    else await session.send('Profiler.start')
+    await startSampling(session)
     log(`profile: ${SECONDS} s of ${endpoint} under wrk`)
     const result = await wrk(server.url, endpoint, SECONDS, seed.tokens)
     const { profile } = await session.send(args.alloc ? 'HeapProfiler.stopSampling' : 'Profiler.stop')
@@ -221,27 +235,16 @@ async function main() {
     const tree = summarize(nodes, self, map, bundle.split('/').at(-1)!, Number(args.top))
     const what = `${endpoint}${args.floor ? ' (the floor)' : ''}: ${result.requests.toLocaleString('en')} requests in ${SECONDS} s`
     printShares(what, tree, { requests: result.requests, userUs, systemUs, allocated: args.alloc ? self : undefined })
-    mkdirSync(RESULTS, { recursive: true })
-    const stamp = new Date().toISOString().replace(/[:.]/g, '-')
-    const file = `${name}-${stamp}.${args.alloc ? 'heapprofile' : 'cpuprofile'}`
-    writeFileSync(join(RESULTS, file), JSON.stringify(profile))
-    writeFileSync(
-      join(RESULTS, `${name}-${stamp}.json`),
-      JSON.stringify(
-        {
-          endpoint,
-          floor: args.floor,
-          alloc: args.alloc,
-          requests: result.requests,
-          perRequest,
-          userUs,
-          systemUs,
-          tree,
-        },
-        null,
-        2,
-      ),
-    )
+    const file = saveProfile(name, profile, {
+      endpoint,
+      floor: args.floor,
+      alloc: args.alloc,
+      requests: result.requests,
+      perRequest,
+      userUs,
+      systemUs,
+      tree,
+    })
     console.log(`\nprofile: bench/results/${file}`)
   } finally {
     await server.stop()

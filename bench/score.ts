@@ -214,9 +214,29 @@ export async function scoreBench({
   // processes here than it would there, the same users in both ways, one after the other.
   const cost = await processesCost(s, score, confirmed, lengths.search)
   s.p.done()
+  return reportScore(s, { score, confirmed, cost, estimate, full })
+}
+
+// The levels, the memory and the estimate printed; the score as bench/score.json records it.
+function reportScore(
+  s: Scoring,
+  {
+    score,
+    confirmed,
+    cost,
+    estimate,
+    full,
+  }: {
+    score: number
+    confirmed?: Level
+    cost: Awaited<ReturnType<typeof processesCost>>
+    estimate: { users: number; mix_rps: number }
+    full: boolean
+  },
+) {
   printLevels(s.levels)
   console.log('')
-  console.log(`measured in ${clock(s.p.elapsed())}: log ${logFile}`)
+  console.log(`measured in ${clock(s.p.elapsed())}: log ${s.logFile}`)
   if (cost) console.log(cost.line)
   const binds = printMemory(s.levels, score, confirmed)
   console.log(
@@ -561,22 +581,10 @@ async function k6Hold({ seed, flags, k6, users, ramp, hold }: Check) {
     env: { HOST: '0.0.0.0' },
   })
   try {
-    const env = { BASE_URL: server.url, VUS: String(users), RAMP_UP: `${ramp}s`, DURATION: `${hold}s`, TOKENS: tokens }
-    const child = spawn(
-      'taskset',
-      [
-        '-c',
-        LOAD_CORE,
-        k6,
-        'run',
-        '--quiet',
-        '--no-color',
-        '--out',
-        `csv=${csv}`,
-        ...Object.entries(env).flatMap(([name, value]) => ['-e', `${name}=${value}`]),
-        join(ROOT, 'load.js'),
-      ],
-      { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, K6_NO_USAGE_REPORT: 'true' } },
+    const child = runK6(
+      k6,
+      { BASE_URL: server.url, VUS: String(users), RAMP_UP: `${ramp}s`, DURATION: `${hold}s`, TOKENS: tokens },
+      csv,
     )
     const cpu: [number, number][] = []
     const sampler = setInterval(() => {
@@ -606,6 +614,16 @@ async function k6Hold({ seed, flags, k6, users, ramp, hold }: Check) {
     rmSync(tokens, { force: true })
     rmSync(csv, { force: true })
   }
+}
+
+// k6 running load.js on the load core with `env` as its -e settings, every request written to `csv`.
+function runK6(k6: string, env: Record<string, string>, csv: string) {
+  const settings = Object.entries(env).flatMap(([name, value]) => ['-e', `${name}=${value}`])
+  const args = ['-c', LOAD_CORE, k6, 'run', '--quiet', '--no-color', '--out', `csv=${csv}`, ...settings]
+  return spawn('taskset', [...args, join(ROOT, 'load.js')], {
+    stdio: ['ignore', 'ignore', 'inherit'],
+    env: { ...process.env, K6_NO_USAGE_REPORT: 'true' },
+  })
 }
 
 // k6's requests over the hold: from the end of the ramp after the first request, for `hold` seconds;
