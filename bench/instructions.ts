@@ -15,6 +15,7 @@
 // randomization. The syscall and CPU runs use the shipped flags alone.
 //
 //   --against <ref>   the same for that build; a difference is called only past 3 x the A/A noise
+//   --floors          the node:net floors too (bench/floor-net.ts, bench/floor-hono.ts), counted once each
 //   --check           CI's guard: the mix's warm instructions against bench/instructions.json
 //   --record          writes this machine's baseline into bench/instructions.json
 //
@@ -353,17 +354,24 @@ function printVerdicts(
   }
 }
 
+const NET_FLOORS = [
+  ['floor, node:net', 'floor-net.ts'],
+  ['floor, node:net + Hono', 'floor-hono.ts'],
+] as const
+
 export async function instructionsBench({
   seed,
   flags,
   only,
   against,
+  floors = false,
   n = DEFAULT_N,
 }: {
   seed: Seed
   flags: string[]
   only?: Kind[]
   against?: { ref: string; app: string }
+  floors?: boolean // the node:net floors too: what node:http costs, and what Hono adds on node:net
   n?: number
 }) {
   N = n
@@ -387,6 +395,9 @@ export async function instructionsBench({
   const averaged: Table = {
     ours: Object.fromEntries(kinds.map((k) => [k, mean(table.ours[k], aa.ours[k])])),
     floor: await measureTarget(floor, kinds, seed, tokens),
+  }
+  for (const [name, script] of floors ? NET_FLOORS : []) {
+    averaged[name] = await measureTarget({ name, script: join(ROOT, 'bench', script), flags }, kinds, seed, tokens)
   }
   let theirs: Record<string, Figures> | undefined
   if (against) {
@@ -483,6 +494,7 @@ export function saveResult(result: object, commit: string) {
 const OPTIONS = {
   only: { type: 'string' },
   against: { type: 'string' },
+  floors: { type: 'boolean', default: false },
   check: { type: 'boolean', default: false },
   record: { type: 'boolean', default: false },
   n: { type: 'string' },
@@ -513,7 +525,14 @@ export async function main(argv: string[]) {
   const against = args.against ? { ref: args.against, app: buildAgainst(args.against) } : undefined
   const commit = commitOf(ROOT)
   console.log(`bench ${new Date().toISOString()}: commit ${commit}, Node ${process.version}`)
-  const result = await instructionsBench({ seed, flags, only: kinds, against, n: args.n ? Number(args.n) : undefined })
+  const result = await instructionsBench({
+    seed,
+    flags,
+    only: kinds,
+    against,
+    floors: args.floors,
+    n: args.n ? Number(args.n) : undefined,
+  })
   saveResult({ date: new Date().toISOString(), commit, node: process.version, ...result }, commit)
   if (args.record) recordBaseline(result, commit)
 }
