@@ -7,7 +7,7 @@ import { METHODS } from 'node:http'
 // Node's --max-http-header-size, counted as Node counts it: the target, the field names and the values.
 export const MAX_HEADER_BYTES = 16 * 1024
 // What a head may take in all, separators included, before it is refused unread.
-const MAX_HEAD_BYTES = 2 * MAX_HEADER_BYTES
+export const MAX_HEAD_BYTES = 2 * MAX_HEADER_BYTES
 // Node refuses more field lines than this, however short.
 const MAX_FIELDS = 1000
 
@@ -23,12 +23,23 @@ export type Head = {
 }
 // The status to answer with, and why: 400, 413 (a chunked body too large), 417, 431 or 501.
 export type Refusal = { status: number; reason: string }
-// A head that has not all come yet: how far it has been read, so that no byte is looked at twice.
-export type Progress = { line: number; scanned: number; counted: number; lines: number }
+// How far the head of one request has been read, kept across the reads it comes in, so that no byte is
+// looked at twice (server/reader.ts keeps it, and resets it for each request).
+export interface HeadProgress {
+  start: number // where the request begins, past the empty lines before it
+  skipped: number // the bytes of those empty lines, charged to the head
+  line: number // where its first line not yet read begins
+  scanned: number // how far its bytes have been checked for a NUL or a bare CR or LF
+  counted: number // what Node counts of the lines read: the target, names and values
+  requestLine: RegExpExecArray | undefined // once read
+  fields: string[] | undefined // of the field lines read
+  examined: number // every byte looked at, by every scan: the reader's work, which tests bound
+}
 export const CHUNKED = -1
 
 const refuse = (status: number, reason: string): Refusal => ({ status, reason })
 const TOO_LARGE = refuse(431, 'a head over 16 KB')
+const EMPTY_LINES = refuse(431, 'empty lines before a request line, with its head over 32 KB')
 
 // llhttp knows these methods and refuses any other; so does this.
 const KNOWN_METHODS = new Set(METHODS)
@@ -43,43 +54,60 @@ const FIELD_LINE = /([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[\t ]*((?:[^\0-\x20\x7f][^\0-
 // and the characters WHATWG-conformant clients leave unescaped there ([ ] { } | ^ \ `). Never a space,
 // a control character, a byte past ASCII, '#', '"', '<', '>', or '%' without two hex digits.
 const TARGET = /^(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?[\]{}|^\\`]|%[0-9A-Fa-f]{2})+$/
+// An absolute-form target: the scheme, the authority, and the path and query (RFC 9112, 3.2.2).
+const ABSOLUTE = /^(https?:\/\/)([^/?]*)(.*)$/
 // What needs no URL parsing to be a URL as it is: a lower-case host and a plain path (as
 // @hono/node-server's own fast path), with no dot segment to resolve.
 // (A host whose last label is a number is an IPv4 address to WHATWG URL, and may not be one: parsed.)
 const PLAIN_HOST = /^(?:[a-z0-9-]+\.)*[a-z][a-z0-9-]*(?::\d{1,5})?$/
 const PLAIN_PATH = /^\/[!#$&-;=?-[\]_a-z~]*$/
 const DOT_SEGMENT = /\/\.\.?(?:[/?#]|$)/
-// A Host value: a registered name or an IPv4 address (RFC 3986's reg-name, without percent-encoding,
-// which @hono/node-server refuses too) or an IP literal, and a port of 0 to 65535.
+// A Host value, or the authority of an absolute-form target: a registered name or an IPv4 address (RFC
+// 3986's reg-name, without percent-encoding, which @hono/node-server refuses too) or an IP literal, and
+// a port of 0 to 65535.
 const HOST =
   /^(?:[A-Za-z0-9\-._~!$&'()*+,;=]+|\[[0-9A-Fa-f:.]+\])(?::(?:6553[0-5]|655[0-2]\d|65[0-4]\d\d|6[0-4]\d{3}|[1-5]\d{4}|\d{1,4}))?$/
 const FRAMING_FIELDS = new Set(['content-length', 'transfer-encoding'])
 
-// The head of the request at `start` of `bytes` (after any empty lines, which RFC 9112, 2.2 lets a
-// server skip): a Head, a Refusal, or undefined while some of it is still to come. `progress` keeps
-// what the calls for one request have read, so that a head that comes in pieces is read once: its
-// caller sets it to { line: start, scanned: start, counted: 0, lines: 0 } for each new request.
-export function readHead(bytes: Buffer, start: number, progress: Progress): Head | Refusal | undefined {
-  while (bytes[start] === 13 && bytes[start + 1] === 10) start += 2
-  if (progress.line < start) Object.assign(progress, { line: start, scanned: start, counted: 0, lines: 0 })
-  const blank = bytes.indexOf('\r\n\r\n', Math.max(start, progress.scanned - 3), 'latin1')
-  if (blank < 0) return incomplete(bytes, start, progress)
-  if (blank + 4 - start > MAX_HEAD_BYTES) return TOO_LARGE
-  const text = bytes.toString('latin1', start, blank + 2)
-  const line = REQUEST_LINE.exec(text)
-  if (!line) return refuse(400, requestLineFault(text))
-  const [, method, target, major, minor] = line
-  if (!KNOWN_METHODS.has(method)) return refuse(400, 'an unknown method')
+// The head of the request at `read.start` of `bytes`: a Head, a Refusal, or undefined while some of it
+// is still to come. Empty lines before it, which RFC 9112, 2.2 lets a server skip, are skipped and
+// charged to it. A head that comes whole is read in one pass; one that comes in pieces is read a line
+// at a time as each line ends (incomplete), and the rest once the blank line has come.
+export function readHead(bytes: Buffer, read: HeadProgress): Head | Refusal | undefined {
+  if (bytes[read.start] === 13) skipEmptyLines(bytes, read)
+  const from = Math.max(read.start, read.scanned - 3)
+  const blank = bytes.indexOf('\r\n\r\n', from, 'latin1')
+  read.examined += (blank < 0 ? bytes.length : blank + 4) - from
+  if (blank < 0) return incomplete(bytes, read)
+  const tooLarge = headTooLarge(read, blank + 4 - read.start)
+  if (tooLarge) return tooLarge
+  const text = bytes.toString('latin1', read.line, blank + 2)
+  read.examined += text.length
+  let line = read.requestLine
+  let counted = read.counted
+  if (line === undefined) {
+    const parsed = REQUEST_LINE.exec(text)
+    if (!parsed) return refuse(400, requestLineFault(text))
+    if (!KNOWN_METHODS.has(parsed[1])) return refuse(400, 'an unknown method')
+    line = parsed
+    counted += line[2].length
+  }
+  const [whole, method, target, major, minor] = line
   if (major !== '1' || (minor !== '0' && minor !== '1')) return refuse(400, 'not HTTP/1.0 or HTTP/1.1')
   if (!TARGET.test(target)) return refuse(400, 'a request target of characters RFC 3986 does not allow')
-  const fields: string[] = []
-  const counted = readFields(text, line[0].length, fields)
-  if (typeof counted !== 'number') return counted
-  if (target.length + counted >= MAX_HEADER_BYTES) return TOO_LARGE
+  const fields = read.fields ?? []
+  const fieldBytes = readFields(text, read.requestLine ? 0 : whole.length, fields)
+  if (typeof fieldBytes !== 'number') return fieldBytes
+  if (counted + fieldBytes >= MAX_HEADER_BYTES) return TOO_LARGE
   if (fields.length > 2 * MAX_FIELDS) return refuse(431, 'more than 1,000 field lines')
+  return requestOf(method, target, minor === '1' ? 1 : 0, fields, blank + 4)
+}
+
+// What the request line and the fields of a whole head say: the request, or why it is refused.
+function requestOf(method: string, target: string, minor: 0 | 1, fields: string[], end: number): Head | Refusal {
   // CONNECT asks for a tunnel: what follows its head is not HTTP, and no route here opens one.
   if (method === 'CONNECT') return refuse(400, 'CONNECT')
-  const framing = framingOf(minor === '1' ? 1 : 0, fields)
+  const framing = framingOf(minor, fields)
   if ('status' in framing) return framing
   // RFC 9112, 3.2.3 and 3.2.4: the authority-form is CONNECT's, the asterisk-form a server-wide OPTIONS;
   // neither is a resource a route here could answer.
@@ -89,38 +117,63 @@ export function readHead(bytes: Buffer, start: number, progress: Progress): Head
   if (/^https?:\/\/[^/?]*@/.test(target)) return refuse(400, 'userinfo in an absolute-form target')
   const url = requestUrl(target, framing.host)
   if (url === undefined) return refuse(400, 'a request target or Host that makes no URL')
-  return { method, url, fields, ...framing, end: blank + 4 }
+  return { method, url, fields, ...framing, end }
+}
+
+// Empty lines (CRLF) before a request line: passed over once, and charged to the head after them.
+function skipEmptyLines(bytes: Buffer, read: HeadProgress) {
+  let start = read.start
+  while (bytes[start] === 13 && bytes[start + 1] === 10) start += 2
+  if (start === read.start) return
+  read.examined += start - read.start
+  read.skipped += start - read.start
+  read.start = read.line = read.scanned = start
+}
+
+// A head of `size` bytes, with the empty lines before it: refused past 32 KB in all.
+function headTooLarge(read: HeadProgress, size: number): Refusal | undefined {
+  if (read.skipped + size <= MAX_HEAD_BYTES) return undefined
+  return size > MAX_HEAD_BYTES ? TOO_LARGE : EMPTY_LINES
 }
 
 // Not all of the head has come. What has is refused now if it is too large already, or wrong already:
-// each line once it is whole, and NUL or a bare CR or LF as soon as it comes.
-function incomplete(bytes: Buffer, start: number, read: Progress): Refusal | undefined {
-  if (bytes.length - start > MAX_HEAD_BYTES) return TOO_LARGE
-  for (
-    let eol;
-    (eol = bytes.indexOf('\r\n', Math.max(read.line, read.scanned - 1), 'latin1')) >= 0;
-    read.line = eol + 2
-  ) {
+// each line once it is whole (and kept, read), and NUL or a bare CR or LF as soon as it comes.
+function incomplete(bytes: Buffer, read: HeadProgress): Refusal | undefined {
+  const tooLarge = headTooLarge(read, bytes.length - read.start)
+  if (tooLarge) return tooLarge
+  for (let eol; (eol = endOfLine(bytes, read)) >= 0; read.line = eol + 2) {
     const text = bytes.toString('latin1', read.line, eol + 2)
-    if (read.line === start) {
+    read.examined += text.length
+    if (read.requestLine === undefined) {
       const line = REQUEST_LINE.exec(text)
       if (!line) return refuse(400, requestLineFault(text))
       if (!KNOWN_METHODS.has(line[1])) return refuse(400, 'an unknown method')
+      read.requestLine = line
       read.counted += line[2].length
     } else {
-      const counted = readFields(text, 0, [])
+      const counted = readFields(text, 0, (read.fields ??= []))
       if (typeof counted !== 'number') return counted
       read.counted += counted
-      if (++read.lines > MAX_FIELDS) return refuse(431, 'more than 1,000 field lines')
+      if (read.fields.length > 2 * MAX_FIELDS) return refuse(431, 'more than 1,000 field lines')
     }
   }
-  for (let at = Math.max(read.scanned, read.line); at < bytes.length; at++) {
+  const from = Math.max(read.scanned, read.line)
+  read.examined += bytes.length - from
+  for (let at = from; at < bytes.length; at++) {
     const byte = bytes[at]
     if (byte === 0 || (byte === 10) !== (bytes[at - 1] === 13))
       return refuse(400, 'a NUL or a bare CR or LF in the head')
   }
   read.scanned = bytes.length
   return read.counted + bytes.length - read.line >= MAX_HEADER_BYTES ? TOO_LARGE : undefined
+}
+
+// The end of the head's next line, if it has come: searched for from where the last search ended.
+function endOfLine(bytes: Buffer, read: HeadProgress): number {
+  const from = Math.max(read.line, read.scanned - 1)
+  const eol = bytes.indexOf('\r\n', from, 'latin1')
+  read.examined += (eol < 0 ? bytes.length : eol + 2) - from
+  return eol
 }
 
 function requestLineFault(text: string): string {
@@ -242,39 +295,60 @@ function bodyLengthOf(minor: 0 | 1, contentLength: string | undefined, codings: 
 }
 
 // The absolute URL of the request: the target's own (absolute-form: RFC 9112, 3.2.2 says to ignore
-// Host then), or Host's with the target's path and query (origin-form), resolved as WHATWG URL does,
-// dot segments and all, unless it needs no resolving. Undefined where there is no URL to be had.
+// Host then), or Host's with the target's path and query (origin-form). Either way the authority is
+// read as a Host field is, and the path by the same rules, resolved as WHATWG URL does, dot segments
+// and all, unless it needs no resolving. Undefined where there is no URL to be had.
 function requestUrl(target: string, host: string | undefined): string | undefined {
-  if (target.charCodeAt(0) !== 47) return /^https?:\/\/[^/?]/.test(target) ? parsedUrl(target) : undefined
-  if (host === undefined || host === '') return undefined
-  if (PLAIN_HOST.test(host) && PLAIN_PATH.test(target) && !DOT_SEGMENT.test(target)) return `http://${host}${target}`
-  const query = target.indexOf('?')
-  if (target.lastIndexOf('\\', query < 0 ? Infinity : query) >= 0) return undefined // as @hono/node-server
-  return parsedUrl(`http://${host}${target}`)
+  if (target.charCodeAt(0) === 47) return host ? urlOf('http://', host, target) : undefined
+  const absolute = ABSOLUTE.exec(target)
+  return absolute && absolute[2] !== '' && HOST.test(absolute[2])
+    ? urlOf(absolute[1], absolute[2], absolute[3])
+    : undefined
 }
 
-function parsedUrl(text: string): string | undefined {
+function urlOf(scheme: string, authority: string, path: string): string | undefined {
+  if (scheme === 'http://' && PLAIN_HOST.test(authority) && PLAIN_PATH.test(path) && !DOT_SEGMENT.test(path))
+    return `http://${authority}${path}`
+  // WHATWG URL reads a backslash in a path as a slash: a path nobody sent. As @hono/node-server, refused.
+  const query = path.indexOf('?')
+  if (path.lastIndexOf('\\', query < 0 ? Infinity : query) >= 0) return undefined
   try {
-    return new URL(text).href
+    return new URL(`${scheme}${authority}${path}`).href
   } catch {
     return undefined
   }
 }
 
+// Chunked framing: each chunk's size line with any extensions, the CRLF after its data, and the
+// trailer fields. Counted apart from the data, so that what a client may make the server read and keep
+// for one body stays bounded however it splits it (llhttp bounds a chunk's extensions at 16 KB).
+export const MAX_FRAMING_BYTES = 8 * 1024
+const FRAMING_TOO_LARGE = refuse(413, 'chunked framing over 8 KB')
+
 // A chunked body, decoded as its bytes come (RFC 9112, 7.1): each chunk's size line with any
 // extensions (checked, then ignored), its data and CRLF; then the last chunk, any trailer fields
-// (checked, then ignored, as 7.1.2 allows) and the blank line. More data than maxBytes is a 413.
+// (checked, then ignored, as 7.1.2 allows) and the blank line. The data is copied out as it comes, so
+// that the bytes it came in need not be kept. More data than maxBytes is a 413; so is more framing than
+// MAX_FRAMING_BYTES.
 export class ChunkedBody {
-  parts: Buffer[] = []
-  size = 0
+  size = 0 // the data the size lines have declared so far
+  framing = 0
+  #data: Buffer | undefined
+  #stored = 0
   #remaining = -1 // of the current chunk's data, then 0 until its CRLF; -1 before a size line; -2 in the trailer
-  #trailerBytes = 0
-  #scanned = 0 // how far a line not yet whole has been looked at
+  #looked = 0 // how far past its start a line not yet whole has been looked at
 
   readonly maxBytes: number
+  readonly meter: { examined: number } // charged with every byte looked at, as HeadProgress is
 
-  constructor(maxBytes: number) {
+  constructor(maxBytes: number, meter: { examined: number }) {
     this.maxBytes = maxBytes
+    this.meter = meter
+  }
+
+  // The data, once the body is whole.
+  get data(): Buffer {
+    return this.#data === undefined ? Buffer.alloc(0) : this.#data.subarray(0, this.#stored)
   }
 
   // Reads on from `at`: where it stopped and whether the body is whole, or a Refusal.
@@ -282,30 +356,38 @@ export class ChunkedBody {
     while (at < bytes.length) {
       if (this.#remaining > 0) {
         const take = Math.min(this.#remaining, bytes.length - at)
-        this.parts.push(bytes.subarray(at, at + take))
+        this.#keep(bytes, at, take)
         this.#remaining -= take
         at += take
-        continue
+      } else if (this.#remaining === 0) {
+        // The CRLF after a chunk's data: anything else there means the data was longer than its size.
+        if (bytes[at] !== 13 || (at + 1 < bytes.length && bytes[at + 1] !== 10))
+          return refuse(400, 'chunk data longer than its size')
+        if (at + 1 === bytes.length) break
+        this.framing += 2
+        this.#remaining = -1
+        at += 2
+      } else {
+        const from = Math.max(at, at + this.#looked - 1)
+        const eol = bytes.indexOf('\r\n', from, 'latin1')
+        this.meter.examined += (eol < 0 ? bytes.length : eol + 2) - from
+        if (eol < 0) return this.#partialLine(bytes, at)
+        this.framing += eol + 2 - at
+        if (this.framing > MAX_FRAMING_BYTES) return FRAMING_TOO_LARGE
+        this.#looked = 0
+        this.meter.examined += eol - at
+        const step = this.#line(bytes.toString('latin1', at, eol))
+        at = eol + 2
+        if (step !== undefined) return step === true ? { at, done: true } : step
       }
-      const eol = bytes.indexOf('\r\n', at, 'latin1')
-      if (eol < 0) return this.#partialLine(bytes, at)
-      const step = this.#line(bytes.toString('latin1', at, eol))
-      at = eol + 2
-      if (step !== undefined) return step === true ? { at, done: true } : step
     }
     return { at, done: false }
   }
 
-  // One line: the CRLF after a chunk's data, a size line, or a trailer line; true at the end.
+  // One line: a size line, or a trailer line; true at the end.
   #line(line: string): Refusal | true | undefined {
-    if (this.#remaining === 0) {
-      this.#remaining = -1
-      return line === '' ? undefined : refuse(400, 'chunk data longer than its size')
-    }
     if (this.#remaining === -2) {
       if (line === '') return true
-      this.#trailerBytes += line.length
-      if (this.#trailerBytes >= MAX_HEADER_BYTES) return TOO_LARGE
       const field: string[] = []
       const counted = readFields(`${line}\r\n`, 0, field)
       if (typeof counted !== 'number') return counted
@@ -322,12 +404,25 @@ export class ChunkedBody {
     return undefined
   }
 
-  // A line not yet whole: refused at once if it cannot become one.
+  // A line not yet whole: refused at once if it cannot become one, or if it is already too long.
   #partialLine(bytes: Buffer, at: number): { at: number; done: boolean } | Refusal {
-    if (bytes.length - at > MAX_HEADER_BYTES) return refuse(413, 'chunk extensions over 16 KB')
-    if (bytes.indexOf(10, Math.max(at, this.#scanned)) >= 0) return refuse(400, 'a bare LF in a chunked body')
-    this.#scanned = bytes.length
+    if (this.framing + bytes.length - at > MAX_FRAMING_BYTES) return FRAMING_TOO_LARGE
+    if (bytes.indexOf(10, at + this.#looked) >= 0) return refuse(400, 'a bare LF in a chunked body')
+    this.meter.examined += bytes.length - at - this.#looked
+    this.#looked = bytes.length - at
     return { at, done: false }
+  }
+
+  // Copies data out of the bytes read, into a buffer that grows to at most maxBytes.
+  #keep(bytes: Buffer, at: number, take: number) {
+    const needed = this.#stored + take
+    if (this.#data === undefined || needed > this.#data.length) {
+      const grown = Buffer.allocUnsafe(Math.min(this.maxBytes, Math.max(2 * needed, 1024)))
+      this.#data?.copy(grown, 0, 0, this.#stored)
+      this.#data = grown
+    }
+    bytes.copy(this.#data, this.#stored, at, at + take)
+    this.#stored = needed
   }
 }
 

@@ -4,7 +4,8 @@
 // (BENCHMARKS.md, "The wire"); here an idle connection is its socket and a few fields, the bytes of a
 // request are held only while it is split across packets, and one timer a second keeps every time limit.
 import { createServer, type Socket } from 'node:net'
-import { CHUNKED, ChunkedBody, readHead, type Head, type Progress, type Refusal } from './http1.ts'
+import { CHUNKED, MAX_HEAD_BYTES, type Head } from './http1.ts'
+import { RequestReader, type ReadRequest } from './reader.ts'
 import { answerOf, CONTINUE, rawError } from './responses.ts'
 import { IncomingRequest, useGivenResponses } from './web.ts'
 import {
@@ -26,8 +27,6 @@ import {
 const LINGER_MS = 2_000
 // A connection past maxConnections may send one request, within this long, to be answered.
 const OVER_CAPACITY_MS = 1_000
-// Bytes read ahead of the request being answered, past which reading waits for the answer.
-const MAX_READ_AHEAD = 64 * 1024
 const CHECK_MS = 1_000
 
 // A connection's states: waiting for a request (new, or kept alive after an answer), reading one,
@@ -43,7 +42,15 @@ let answers = 0 // answers given by this process, to order connections by their 
 
 export function createWireServer(fetch: Fetch, maxBodyBytes: number): ApiServer {
   useGivenResponses()
-  const served: Served = { fetch, maxBodyBytes, connections: new Set(), admitted: 0, draining: false }
+  const served: Served = {
+    fetch,
+    maxBodyBytes,
+    // Read ahead of the request being answered past a head and a body, reading waits for the answer.
+    maxReadAhead: MAX_HEAD_BYTES + maxBodyBytes,
+    connections: new Set(),
+    admitted: 0,
+    draining: false,
+  }
   const api: ApiServer = {
     maxConnections: Infinity,
     server: createServer({ allowHalfOpen: true, noDelay: true }, (socket) => {
@@ -67,21 +74,28 @@ export function createWireServer(fetch: Fetch, maxBodyBytes: number): ApiServer 
 }
 
 // What the connections of one server share.
-type Served = { fetch: Fetch; maxBodyBytes: number; connections: Set<Connection>; admitted: number; draining: boolean }
+type Served = {
+  fetch: Fetch
+  maxBodyBytes: number
+  maxReadAhead: number
+  connections: Set<Connection>
+  admitted: number
+  draining: boolean
+}
 
-class Connection implements Progress {
+// What nextRequest finds: a request whole, or none yet (more is to come), or none ever (it refused what
+// came, and the connection is closing); and what call gets: an answer now, or later (from a promise,
+// or already written: a failure).
+const INCOMPLETE = 'incomplete'
+const REFUSED = 'refused'
+const LATER = 'later'
+
+class Connection {
   state = WAITING
   since = Date.now() // when the current wait began: for a request, its first byte
-  bytes: Buffer | undefined // read and not yet used, from `start` to `end`
-  start = 0
-  end = 0
-  head: Head | undefined
-  chunked: ChunkedBody | undefined
-  bodyAt = 0 // how far a chunked body has been read
-  line = 0 // Progress: how far a head in pieces has been read
-  scanned = 0
-  counted = 0
-  lines = 0
+  readonly reader: RequestReader // what the client sent that is not yet used, and how far it is read
+  taken = 0 // requests taken since the last read: pipelined ones count toward MAX_UNWRITTEN
+  answering: Head | undefined // the head of the request being answered
   request: IncomingRequest | undefined
   answered = 0 // the number of its last answer (0: none yet)
   sent = 0 // what it has written, in the units of socket.writableLength
@@ -97,116 +111,67 @@ class Connection implements Progress {
     this.socket = socket
     this.overCapacity = overCapacity
     this.served = served
+    this.reader = new RequestReader(served.maxBodyBytes)
     socket[CONNECTION] = this
     socket.on('data', onData).on('end', onEnd).on('error', onError).on('close', onClose)
   }
 
   received(chunk: Buffer) {
     if (this.state === CLOSING) return
-    if (this.bytes === undefined) {
-      this.bytes = chunk
-      this.start = 0
-      this.end = chunk.length
-    } else this.append(chunk)
+    this.reader.push(chunk)
+    this.taken = 0
     if (this.state === ANSWERING) {
-      if (this.end - this.start > MAX_READ_AHEAD) ((this.paused = true), this.socket.pause())
+      if (this.reader.held > this.served.maxReadAhead) ((this.paused = true), this.socket.pause())
       return
     }
     this.advance()
   }
 
-  // Adds a chunk to the bytes kept. While a request is being read its bytes stay where they are (what
-  // was read of it points into them); between requests what is left moves to the front.
-  append(chunk: Buffer) {
-    const bytes = this.bytes!
-    const from = this.state === READING ? 0 : this.start
-    if (this.end + chunk.length > bytes.length || from > 0) {
-      const grown = Buffer.allocUnsafe(Math.max(2 * (this.end - from + chunk.length), 1024))
-      bytes.copy(grown, 0, from, this.end)
-      this.bytes = grown
-      this.start -= from
-      this.end -= from
-    }
-    chunk.copy(this.bytes!, this.end)
-    this.end += chunk.length
-  }
-
-  // Reads and answers every request whole in the bytes kept, in order, until one is still on its way
-  // or is being answered. An answer written in this loop counts as not taken by the kernel until the
-  // loop ends, as node:http counts its answers until their 'finish' event, which comes later: a client
-  // that pipelines more than MAX_UNWRITTEN requests at once is closed, as node:http would close it.
+  // Reads and answers every request whole in what has come, in order, until one is still on its way or
+  // is being answered. Requests taken from one read count as answers the kernel has not taken until
+  // the next read, as node:http counts the requests it parses from one read until their 'finish': a
+  // client that pipelines more than MAX_UNWRITTEN requests at once is closed, as node:http would close it.
   advance() {
-    for (let answered = 0; this.state === WAITING || this.state === READING; answered++) {
-      const ready = this.nextRequest(answered)
-      if (ready === undefined) {
+    while (this.state === WAITING || this.state === READING) {
+      const ready = this.nextRequest()
+      if (ready === INCOMPLETE) {
         // The client has sent its FIN, and the request it began can never be whole.
         if (this.clientEnded && this.state === READING) this.refuseStatus(400)
         return
       }
+      if (ready === REFUSED) return
       const answer = this.call(ready)
-      if (answer === undefined) return // answered later, by a promise
-      if (!this.respond(answer)) return
+      if (answer === LATER || !this.respond(answer)) return
     }
   }
 
-  // The next request, once its head and body have all come; undefined while they have not, or after
-  // a refusal.
-  nextRequest(answered: number): { head: Head; body: Buffer | null } | undefined {
-    if (this.bytes === undefined || this.socket.destroyed) return undefined
-    const bytes = this.end === this.bytes.length ? this.bytes : this.bytes.subarray(0, this.end)
-    if (this.state === WAITING) this.begin()
-    let head = this.head
-    if (head === undefined) {
-      const read = readHead(bytes, this.start, this)
-      if (read === undefined) return undefined
-      if ('status' in read) return void this.refuse(read)
-      head = this.head = read
-      if (Math.max(answered, this.unwrittenAnswers()) >= MAX_UNWRITTEN) return void this.socket.destroy()
+  // The next request, once its head and body have all come.
+  nextRequest(): ReadRequest | typeof INCOMPLETE | typeof REFUSED {
+    const reader = this.reader
+    if (reader.bytes === undefined || this.socket.destroyed) return INCOMPLETE
+    if (this.state === WAITING) ((this.state = READING), (this.since = Date.now()))
+    if (reader.head === undefined) {
+      const head = reader.readHead()
+      if (head === undefined) return INCOMPLETE
+      if ('status' in head) return this.refuseStatus(head.status)
+      if (Math.max(this.taken++, this.unwrittenAnswers()) >= MAX_UNWRITTEN) return (this.socket.destroy(), REFUSED)
       if (this.overCapacity && !(head.method === 'GET' && pathOf(head.url) === HEALTH_PATH))
-        return void this.refuseStatus(503)
-      if (head.bodyLength > this.served.maxBodyBytes) return void this.refuseStatus(413)
-      if (head.bodyLength === CHUNKED)
-        ((this.chunked = new ChunkedBody(this.served.maxBodyBytes)), (this.bodyAt = head.end))
+        return this.refuseStatus(503)
+      if (head.bodyLength > this.served.maxBodyBytes) return this.refuseStatus(413)
       if (head.expectContinue) this.write(CONTINUE, false)
     }
-    return this.body(head, bytes)
+    const request = reader.readBody()
+    if (request === undefined) return INCOMPLETE
+    return 'status' in request ? this.refuseStatus(request.status) : request
   }
 
-  // A request begins: its clock, and a fresh Progress for its head.
-  begin() {
-    this.state = READING
-    this.since = Date.now()
-    this.line = this.scanned = this.start
-    this.counted = this.lines = 0
-  }
-
-  body(head: Head, bytes: Buffer): { head: Head; body: Buffer | null } | undefined {
-    let body: Buffer | null = null
-    let next = head.end
-    if (this.chunked) {
-      const read = this.chunked.read(bytes, this.bodyAt)
-      if ('status' in read) return void this.refuse(read)
-      this.bodyAt = read.at
-      if (!read.done) return undefined
-      body = Buffer.concat(this.chunked.parts, this.chunked.size)
-      next = read.at
-      // Decoded, the body has a length (RFC 9112, 7.1.3): the handler sees it so.
-      head.fields = dechunkedFields(head.fields, body.length)
-    } else if (head.bodyLength > 0) {
-      if (this.end - head.end < head.bodyLength) return undefined
-      next = head.end + head.bodyLength
-      body = bytes.subarray(head.end, next)
-    }
-    this.start = next
-    this.chunked = undefined
-    return { head, body }
-  }
-
-  // Hands a request to the fetch handler: its answer now, or undefined if it comes later.
-  call({ head, body }: { head: Head; body: Buffer | null }): Response | undefined {
+  // Hands a request to the fetch handler: its answer now, or LATER.
+  call({ head, body }: ReadRequest): Response | typeof LATER {
     this.state = ANSWERING
-    if (this.start === this.end) this.bytes = undefined
-    const request = (this.request = new IncomingRequest(head.method, head.url, head.fields, body))
+    this.answering = head
+    // Decoded, a chunked body has a length (RFC 9112, 7.1.3): the handler sees it so.
+    const fields = head.bodyLength === CHUNKED ? dechunkedFields(head.fields, body!.length) : head.fields
+    const request = (this.request = new IncomingRequest(head.method, head.url, fields, body))
     let answer: Response | Promise<Response>
     try {
       answer = this.served.fetch(request as unknown as Request)
@@ -218,20 +183,17 @@ class Connection implements Progress {
       (response) => this.respond(response) && this.advance(),
       (error) => this.failed(error),
     )
-    return undefined
+    return LATER
   }
 
   // Writes the answer; true if the connection goes on to its next request.
   respond(response: Response): boolean {
-    const request = this.head!
-    this.head = this.request = undefined
+    const request = this.answering!
+    this.answering = this.request = undefined
     if (this.socket.destroyed) return false
     // After the client's FIN, the last request it sent whole is answered with a close.
     const keepAlive =
-      request.keepAlive &&
-      !this.overCapacity &&
-      !(this.clientEnded && this.bytes === undefined) &&
-      !this.served.draining
+      request.keepAlive && !this.overCapacity && !(this.clientEnded && this.reader.idle) && !this.served.draining
     let answer
     try {
       answer = answerOf(response, { head: request.method === 'HEAD', keepAlive, minor: request.minor })
@@ -260,7 +222,7 @@ class Connection implements Progress {
     this.state = WAITING
     this.since = Date.now()
     if (this.paused) ((this.paused = false), this.socket.resume())
-    if (this.clientEnded && this.bytes === undefined) return (this.close(), false)
+    if (this.clientEnded && this.reader.idle) return (this.close(), false)
     return true
   }
 
@@ -305,19 +267,16 @@ class Connection implements Progress {
     return this.unwritten?.length ?? 0
   }
 
-  failed(error: unknown): undefined {
+  failed(error: unknown): typeof LATER {
     console.error(error)
-    this.head = this.request = undefined
+    this.answering = this.request = undefined
     if (!this.socket.destroyed) this.answerAndClose(rawError(500, 'internal server error'))
-    return undefined
+    return LATER
   }
 
-  refuse(refusal: Refusal) {
-    this.refuseStatus(refusal.status)
-  }
-
-  refuseStatus(status: number) {
+  refuseStatus(status: number): typeof REFUSED {
     this.answerAndClose(rawError(status, REFUSALS[status], status === 503 ? { 'retry-after': RETRY_AFTER_S } : {}))
+    return REFUSED
   }
 
   answerAndClose(answer: string) {
@@ -330,13 +289,13 @@ class Connection implements Progress {
   close() {
     this.state = CLOSING
     this.since = Date.now()
-    this.bytes = this.head = this.chunked = undefined
+    this.reader.discard()
     if (this.paused) this.socket.resume()
     this.socket.end()
   }
 
   closeIfIdle() {
-    if (this.state === WAITING && this.bytes === undefined) this.close()
+    if (this.state === WAITING && this.reader.idle) this.close()
   }
 
   closed() {
@@ -346,9 +305,7 @@ class Connection implements Progress {
   }
 
   idleSince(): number | undefined {
-    return this.state === WAITING && this.bytes === undefined && this.socket.writableLength === 0
-      ? this.answered
-      : undefined
+    return this.state === WAITING && this.reader.idle && this.socket.writableLength === 0 ? this.answered : undefined
   }
 
   // Once a second: closes what has waited too long. A request too slow is a 408; a connection over
@@ -364,7 +321,7 @@ class Connection implements Progress {
         if (this.answered === 0) this.refuseStatus(408)
         else this.socket.destroy()
       }
-    } else if (this.state === READING && waited >= (this.head ? REQUEST_TIMEOUT_MS : HEADERS_TIMEOUT_MS))
+    } else if (this.state === READING && waited >= (this.reader.head ? REQUEST_TIMEOUT_MS : HEADERS_TIMEOUT_MS))
       this.refuseStatus(408)
   }
 
@@ -372,7 +329,7 @@ class Connection implements Progress {
   // has gone too, the socket closes itself); a request cut short can never be whole, and is refused.
   clientEnd() {
     this.clientEnded = true
-    if (this.state === WAITING && this.bytes === undefined) this.close()
+    if (this.state === WAITING && this.reader.idle) this.close()
     else if (this.state === READING) this.refuseStatus(400)
   }
 }

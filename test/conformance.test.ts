@@ -22,7 +22,7 @@ import { type Server, startServer } from '../harness/server.ts'
 import { holdsWithin } from '../harness/time.ts'
 import { ROOT } from '../harness/tools.ts'
 import { MAX_BODY_BYTES } from '../app.ts'
-import { CHUNKED, ChunkedBody, readHead } from '../server/http1.ts'
+import { RequestReader } from '../server/reader.ts'
 import { describeNeeding } from './helpers.ts'
 import { corpusRoot, logVerdict, readCases, requestFiles, type CorpusCase } from './llhttp-corpus.ts'
 
@@ -477,28 +477,24 @@ const FIN_INSIDE = 'the client ended the connection inside a request'
 function oursVerdicts(bytes: Buffer, finish: boolean): Verdict[] {
   const verdicts: Verdict[] = []
   const unfinished = (pending: string) => [...verdicts, { reason: finish ? FIN_INSIDE : pending }]
-  for (let start = 0; start < bytes.length;) {
-    const head = readHead(bytes, start, { line: start, scanned: start, counted: 0, lines: 0 })
-    if (head === undefined)
-      return [
-        ...verdicts,
-        { reason: finish ? FIN_INSIDE : HEAD_PENDING, refusedOnceWhole: refusedOnceWhole(bytes, start) },
-      ]
-    if ('status' in head) return [...verdicts, { reason: head.reason }]
-    if (head.bodyLength > MAX_BODY_BYTES) return [...verdicts, { reason: 'a body over the limit' }]
-    let next = head.end + Math.max(head.bodyLength, 0)
-    let body = bytes.subarray(head.end, next)
-    if (head.bodyLength === CHUNKED) {
-      const chunked = new ChunkedBody(MAX_BODY_BYTES)
-      const read = chunked.read(bytes, head.end)
-      if ('status' in read) return [...verdicts, { reason: read.reason }]
-      if (!read.done) return unfinished(BODY_PENDING)
-      next = read.at
-      body = Buffer.concat(chunked.parts)
-    } else if (next > bytes.length) return unfinished(BODY_PENDING)
-    verdicts.push({ reason: ACCEPTED, body })
-    if (!head.keepAlive) break
-    start = next
+  const reader = new RequestReader(MAX_BODY_BYTES)
+  reader.push(bytes) // kept as it is: the reader's offsets are the bytes' own
+  while (reader.bytes !== undefined) {
+    if (reader.head === undefined) {
+      const head = reader.readHead()
+      if (head === undefined)
+        return [
+          ...verdicts,
+          { reason: finish ? FIN_INSIDE : HEAD_PENDING, refusedOnceWhole: refusedOnceWhole(bytes, reader.start) },
+        ]
+      if ('status' in head) return [...verdicts, { reason: head.reason }]
+      if (head.bodyLength > MAX_BODY_BYTES) return [...verdicts, { reason: 'a body over the limit' }]
+    }
+    const request = reader.readBody()
+    if (request === undefined) return unfinished(BODY_PENDING)
+    if ('status' in request) return [...verdicts, { reason: request.reason }]
+    verdicts.push({ reason: ACCEPTED, body: request.body ?? Buffer.alloc(0) })
+    if (!request.head.keepAlive) break
   }
   return verdicts
 }
@@ -506,8 +502,9 @@ function oursVerdicts(bytes: Buffer, finish: boolean): Verdict[] {
 // Whether http1.ts refuses a head not whole yet once a blank line ends it: so that a head llhttp
 // refused at its first wrong byte is never taken by ours, however the client goes on.
 function refusedOnceWhole(bytes: Buffer, start: number): boolean {
-  const ended = Buffer.concat([bytes, Buffer.from('\r\n\r\n')])
-  const head = readHead(ended, start, { line: start, scanned: start, counted: 0, lines: 0 })
+  const reader = new RequestReader(MAX_BODY_BYTES)
+  reader.push(Buffer.concat([bytes.subarray(start), Buffer.from('\r\n\r\n')]))
+  const head = reader.readHead()
   return head !== undefined && 'status' in head
 }
 

@@ -16,7 +16,8 @@ import { type Server, startServer } from '../harness/server.ts'
 import { sleep, within } from '../harness/time.ts'
 import { errorBody, MAX_BODY_BYTES } from '../app.ts'
 import { REFUSALS } from '../server/api-server.ts'
-import { CHUNKED, ChunkedBody, readHead, type Head, type Progress, type Refusal } from '../server/http1.ts'
+import type { Head, Refusal } from '../server/http1.ts'
+import { RequestReader } from '../server/reader.ts'
 import { fixedCase, generateCases, writingCases, type Case } from './fuzz-requests.ts'
 import { claims, makeToken, now, smallDatabase } from './helpers.ts'
 
@@ -291,44 +292,41 @@ type View =
   | { kind: 'refused'; status: number; reason: string; inBody?: true }
   | { kind: 'waiting'; for: 'head' | 'body' }
 
-// The bytes as they arrived: readHead and ChunkedBody see each arrival in turn, as on the wire.
+// The bytes as they arrived: server/wire.ts's RequestReader is given each arrival in turn, as on the wire.
 function oursView(bytes: Buffer, arrivals: number[]): View[] {
   const views: View[] = []
-  let start = 0
-  let head: Head | undefined
-  let progress: Progress | undefined
-  let body: { chunked?: ChunkedBody; at: number } = { at: 0 }
+  const reader = new RequestReader(MAX_BODY_BYTES)
+  let start = 0 // where the request being read begins in `bytes`
+  let from = 0
   for (const end of arrivals) {
-    const seen = bytes.subarray(0, end)
-    for (;;) {
-      if (head === undefined) {
-        progress ??= { line: start, scanned: start, counted: 0, lines: 0 }
-        const read = readHead(seen, start, progress)
+    reader.push(bytes.subarray(from, end))
+    from = end
+    while (reader.bytes !== undefined) {
+      if (reader.head === undefined) {
+        const read = reader.readHead()
         if (read === undefined) break
         if ('status' in read)
-          return [...views, refused(loneLineEnd(seen, start) ? { status: read.status, reason: LONE_EOL } : read)]
+          return [...views, refused(loneLineEnd(bytes, start) ? { status: read.status, reason: LONE_EOL } : read)]
         if (read.bodyLength > MAX_BODY_BYTES) return [...views, refused({ status: 413, reason: DECLARED_TOO_LARGE })]
-        head = read
-        body = { chunked: head.bodyLength === CHUNKED ? new ChunkedBody(MAX_BODY_BYTES) : undefined, at: head.end }
       }
-      const next = bodyEnd(seen, head, body)
-      if (next === undefined) break
-      if (typeof next !== 'number') return [...views, { ...refused(next), inBody: true }]
-      const content = body.chunked ? Buffer.concat(body.chunked.parts) : bytes.subarray(head.end, next)
+      const request = reader.readBody()
+      if (request === undefined) break
+      if ('status' in request) return [...views, { ...refused(request), inBody: true }]
+      const next = end - reader.held
+      const body = request.body ?? Buffer.alloc(0)
       views.push({
         kind: 'answered',
-        head,
+        head: request.head,
         target: targetOf(bytes, start),
-        body: content,
+        body,
         end: next,
         more: next < bytes.length,
       })
-      if (!head.keepAlive) return views
+      if (!request.head.keepAlive) return views
       start = next
-      head = progress = undefined
     }
   }
-  if (head) return [...views, { kind: 'waiting', for: 'body' }]
+  if (reader.head) return [...views, { kind: 'waiting', for: 'body' }]
   return start < bytes.length ? [...views, { kind: 'waiting', for: 'head' }] : views
 }
 
@@ -343,17 +341,6 @@ const refused = (refusal: Refusal) => ({ kind: 'refused' as const, ...refusal })
 function targetOf(bytes: Buffer, start: number): string {
   while (bytes[start] === 13 && bytes[start + 1] === 10) start += 2
   return bytes.toString('latin1', start, bytes.indexOf('\r\n', start)).split(' ')[1]
-}
-
-// Where the request's body ends in what has come: undefined while it has not all come.
-function bodyEnd(seen: Buffer, head: Head, body: { chunked?: ChunkedBody; at: number }): number | Refusal | undefined {
-  if (body.chunked) {
-    const read = body.chunked.read(seen, body.at)
-    if ('status' in read) return read
-    body.at = read.at
-    return read.done ? read.at : undefined
-  }
-  return seen.length - head.end >= head.bodyLength ? head.end + head.bodyLength : undefined
 }
 
 // The view that matches what ours answered: as the case was written, as the kernel may have joined
