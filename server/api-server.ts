@@ -35,7 +35,9 @@ export const HEALTH_PATH = '/health'
 // Node parses every request in what it has read from a connection (up to 64 KB: 2,000 small requests)
 // and answers each, queueing the answers behind the one being written: 200 connections that pipelined
 // 2,000 requests each and never read took 2 GB. So a connection may have this many answers the kernel
-// has not taken; the request after them closes it. Browsers, curl and k6 do not pipeline.
+// has not taken, the requests taken from one read counting as such until the next read, whether their
+// routes answer at once or from a promise; the request after them closes it. Browsers, curl and k6 do
+// not pipeline.
 export const MAX_UNWRITTEN = 4
 
 // What each refusal says, in the API's error shape.
