@@ -40,6 +40,7 @@ export const CHUNKED = -1
 const refuse = (status: number, reason: string): Refusal => ({ status, reason })
 const TOO_LARGE = refuse(431, 'a head over 16 KB')
 const EMPTY_LINES = refuse(431, 'empty lines before a request line, with its head over 32 KB')
+const TOO_MANY_FIELDS = refuse(431, 'more than 1,000 field lines')
 
 // llhttp knows these methods and refuses any other; so does this.
 const KNOWN_METHODS = new Set(METHODS)
@@ -99,7 +100,7 @@ export function readHead(bytes: Buffer, read: HeadProgress): Head | Refusal | un
   const fieldBytes = readFields(text, read.requestLine ? 0 : whole.length, fields)
   if (typeof fieldBytes !== 'number') return fieldBytes
   if (counted + fieldBytes >= MAX_HEADER_BYTES) return TOO_LARGE
-  if (fields.length > 2 * MAX_FIELDS) return refuse(431, 'more than 1,000 field lines')
+  if (fields.length > 2 * MAX_FIELDS) return TOO_MANY_FIELDS
   return requestOf(method, target, minor === '1' ? 1 : 0, fields, blank + 4)
 }
 
@@ -137,7 +138,10 @@ function headTooLarge(read: HeadProgress, size: number): Refusal | undefined {
 }
 
 // Not all of the head has come. What has is refused now if it is too large already, or wrong already:
-// each line once it is whole (and kept, read), and NUL or a bare CR or LF as soon as it comes.
+// each line once it is whole (and kept, read), and NUL or a bare CR or LF as soon as it comes. A line
+// still to end is charged to the head's 32 KB in all; what Node counts of it toward 16 KB (its name and
+// value, not the whitespace before the value) is counted once it has ended, so that a head is judged
+// the same however it was split.
 function incomplete(bytes: Buffer, read: HeadProgress): Refusal | undefined {
   const tooLarge = headTooLarge(read, bytes.length - read.start)
   if (tooLarge) return tooLarge
@@ -154,7 +158,7 @@ function incomplete(bytes: Buffer, read: HeadProgress): Refusal | undefined {
       const counted = readFields(text, 0, (read.fields ??= []))
       if (typeof counted !== 'number') return counted
       read.counted += counted
-      if (read.fields.length > 2 * MAX_FIELDS) return refuse(431, 'more than 1,000 field lines')
+      if (read.fields.length > 2 * MAX_FIELDS) return TOO_MANY_FIELDS
     }
   }
   const from = Math.max(read.scanned, read.line)
@@ -165,7 +169,7 @@ function incomplete(bytes: Buffer, read: HeadProgress): Refusal | undefined {
       return refuse(400, 'a NUL or a bare CR or LF in the head')
   }
   read.scanned = bytes.length
-  return read.counted + bytes.length - read.line >= MAX_HEADER_BYTES ? TOO_LARGE : undefined
+  return undefined
 }
 
 // The end of the head's next line, if it has come: searched for from where the last search ended.
@@ -337,6 +341,7 @@ export class ChunkedBody {
   #stored = 0
   #remaining = -1 // of the current chunk's data, then 0 until its CRLF; -1 before a size line; -2 in the trailer
   #looked = 0 // how far past its start a line not yet whole has been looked at
+  #trailers = 0 // trailer field lines
 
   readonly maxBytes: number
   readonly meter: { examined: number } // charged with every byte looked at, as HeadProgress is
@@ -388,6 +393,8 @@ export class ChunkedBody {
   #line(line: string): Refusal | true | undefined {
     if (this.#remaining === -2) {
       if (line === '') return true
+      // llhttp counts trailer lines as it counts a head's, apart from the head's own.
+      if (++this.#trailers > MAX_FIELDS) return TOO_MANY_FIELDS
       const field: string[] = []
       const counted = readFields(`${line}\r\n`, 0, field)
       if (typeof counted !== 'number') return counted

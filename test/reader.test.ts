@@ -117,6 +117,7 @@ describe('what a reader keeps is bounded, and past a limit it refuses', () => {
     ['4,000 one-byte chunks', chunked('1\r\na\r\n'.repeat(4_000)), 413],
     ['a trailer of 10 KB', chunked('1\r\na\r\n', `X: ${'t'.repeat(10_000)}\r\n`), 413],
     ['a body of 16 KB and 1 byte', chunked(`4001\r\n${'b'.repeat(16_385)}\r\n`), 413],
+    ['1,001 trailer field lines', chunked('1\r\na\r\n', 'a:\r\n'.repeat(1_001)), 431],
   ]
   for (const [name, bytes, status] of cases) {
     test(`${name}: ${status}, with no more kept than a head, a body and a read`, () => {
@@ -133,6 +134,17 @@ describe('what a reader keeps is bounded, and past a limit it refuses', () => {
     const outcome = feed(chunked('a\r\n0123456789\r\n'.repeat(chunks)))
     assert.equal(outcome.request?.body?.length, 10 * chunks)
     assert.equal(feed(chunked('a\r\n0123456789\r\n'.repeat(chunks + 1))).refusal?.status, 413)
+  })
+
+  // Node counts neither the whitespace before a value nor that between a request line's parts: 20 KB
+  // of it is read, and so a head is judged by what it holds once its lines have ended, whatever its reads.
+  test('a head with 20 KB of whitespace before a value is read the same whole and in pieces', () => {
+    const bytes = plain(`GET /health HTTP/1.1\r\nHost:${' '.repeat(20_000)}t\r\n\r\n`)
+    const whole = new RequestReader(MAX_BODY_BYTES)
+    whole.push(bytes)
+    const read = whole.readHead()
+    assert.ok(read && !('status' in read), JSON.stringify(read))
+    assert.equal(feed(bytes).request?.head.url, read.url)
   })
 
   test('a chunked body read whole keeps none of the bytes it came in', () => {
