@@ -2,7 +2,7 @@
 // mutated structurally (fields, framing, request line) and then byte by byte, all drawn from one seed,
 // so that the same seed makes the same bytes, split the same way, on every run.
 import { mulberry32 } from '../random.ts'
-import { MAX_HEADER_BYTES } from '../server/http1.ts'
+import { MAX_FRAMING_BYTES, MAX_HEAD_BYTES, MAX_HEADER_BYTES } from '../server/http1.ts'
 
 export type Random = {
   next: () => number
@@ -649,10 +649,288 @@ const BODY_MUTATIONS: Record<string, Mutation> = {
   'body near 16 KB': bodyNearLimit,
 }
 
+// Absolute-form targets (RFC 9112, 3.2.2): http:// or https://, an authority (ones a Host field may be,
+// and ones it may not), and a path: the template's, or one with backslashes and dot segments, plain or
+// percent-encoded.
+const AUTHORITIES = [
+  'test',
+  'X',
+  'x.',
+  '-x',
+  'x_y',
+  'x;y',
+  'EXAMPLE.com',
+  'xn--e1a',
+  '127.0.0.1',
+  '0x7f.1',
+  '[::1]',
+  '[::1]:8080',
+  'x:80',
+  'x:0',
+  'x:080',
+  'x:65535',
+]
+const ODD_AUTHORITIES = [
+  '',
+  'x{',
+  'x}',
+  'x`',
+  'x\\',
+  'x|y',
+  'x^',
+  'a%41',
+  '%',
+  'user@x',
+  'u:p@x',
+  '@x',
+  '[::1',
+  '::1',
+  '[v1.x]',
+  'x:99999',
+  'x:65536',
+  'x:',
+  ':80',
+  'x:8080:1',
+  '1270.0.1',
+  '1.2.3.256',
+  'x..y',
+  '..',
+  'x?',
+  'x"',
+  utf8('é'),
+]
+const ABSOLUTE_PATHS = [
+  '',
+  '/',
+  '?x',
+  '/a/../health',
+  '/a\\..\\health',
+  '\\health',
+  '/health\\',
+  '/.%2e/health',
+  '/%2e%2e/health',
+  '/%2E./health',
+  '/a%5C..%5Chealth',
+  '/health%5C',
+  '/%5Chealth',
+  '/health?\\',
+  '/health\\?x',
+  '/health?a=..\\b',
+  '//health',
+  '/./health',
+  '/health/.',
+  '/health/..',
+  '/../health',
+  '/feed/../health',
+  '/posts/1/..',
+  '/a/b/../../feed',
+  '/health%2F',
+  '/health;x',
+]
+const SCHEMES = ['http://', 'https://', 'http://', 'https://', 'http://', 'https://', 'HTTP://', 'Https://']
+
+// The template's path, or that path with a backslash for a slash, or a dot segment put in (plain,
+// backslashed or percent-encoded), or another path.
+function oddPath(r: Random, path: string): string {
+  const at = r.int(path.length + 1)
+  switch (r.int(4)) {
+    case 0: {
+      const slash = path.lastIndexOf('/', at)
+      return slash < 0 ? `\\${path}` : `${path.slice(0, slash)}\\${path.slice(slash + 1)}`
+    }
+    case 1:
+      return (
+        path.slice(0, at) +
+        r.pick(['/..', '/.', '/a/..', '\\..', '/a\\..', '/.%2e', '/%2e%2e', '%5C', '%5c..', '\\']) +
+        path.slice(at)
+      )
+    case 2:
+      return r.pick(['/a/..', '/a\\..', '/.%2e', '/x/%2E%2E', '/.', '/..']) + path
+    default:
+      return r.pick(ABSOLUTE_PATHS)
+  }
+}
+
+// The draft's target made absolute-form: an odd authority and the template's path, or mostly a valid
+// authority and an odd path.
+function absoluteForm(r: Random, d: Draft, odd: 'authority' | 'path'): string {
+  const target = requestLine(d)[1] ?? ''
+  const path = target.startsWith('/') ? target : '/health'
+  const authority = r.pick(r.chance(odd === 'authority' ? 0.7 : 0.2) ? ODD_AUTHORITIES : AUTHORITIES)
+  const absolute = r.pick(SCHEMES) + authority + (odd === 'path' ? oddPath(r, path) : path)
+  setRequestLine(d, 1, absolute)
+  // RFC 9112, 3.2.2: Host is ignored then; but for what it is worth, sometimes an odd one, or none.
+  if (r.chance(0.2)) setField(d, 'Host', r.pick(HOST_VALUES))
+  else if (r.chance(0.1)) removeField(d, 'host')
+  return `target ${JSON.stringify(absolute.slice(0, 60))}`
+}
+
+const ABSOLUTE_MUTATIONS: Record<string, Mutation> = {
+  'absolute-form target, odd authority': (r, d) => absoluteForm(r, d, 'authority'),
+  'absolute-form target, odd path': (r, d) => absoluteForm(r, d, 'path'),
+}
+
+// Byte classes at scale: a run of one byte or one short token, where the reader counts it toward a
+// limit (16 KB of what Node counts of a head, 32 KB of a head in all, 8 KB of chunked framing, a body's
+// 16 KB, llhttp's 16 KB of a chunk's extensions), as long as to bring what is counted a few tokens either
+// side of the limit, or a few, or well past it.
+const BODY_LIMIT = 16 * 1024 // app.ts's MAX_BODY_BYTES
+const LLHTTP_EXTENSION_BYTES = 16 * 1024 // a chunk's extensions, as Node runs llhttp
+
+// What Node counts of a head toward its 16 KB: the target, each field's name and value (whitespace
+// after the value included).
+const countedBytes = (d: Draft) =>
+  (requestLine(d)[1] ?? '').length + d.lines.slice(1).reduce((sum, line) => sum + line.replace(/:[\t ]*/, '').length, 0)
+// A head's bytes in all, with the empty lines before it.
+const headBytes = (d: Draft) =>
+  d.before.length + d.lines.reduce((sum, line, i) => sum + line.length + d.ends[i].length, 0) + d.blank.length
+// A chunked body's framing: size lines and extensions, the CRLF after each chunk's data, the trailer.
+const framingBytes = (body: Chunked) =>
+  body.chunks.reduce((sum, c) => sum + c.size.length + c.ext.length + 2 + c.end.length, 0) +
+  body.last.length +
+  2 +
+  body.trailers.reduce((sum, t) => sum + t.length + 2, 0) +
+  body.end.length
+
+// How many tokens of `unit` bytes: a few; enough to bring what is counted (`used` so far) a few tokens
+// either side of `limit`; or well past it.
+function runLength(r: Random, unit: number, used: number, limit: number): number {
+  const upTo = (bytes: number) => Math.max(1, Math.round((bytes - used) / unit))
+  const how = r.int(5)
+  if (how === 0) return 1 + r.int(16)
+  if (how === 4) return upTo(limit * r.pick([1.5, 2, 4]))
+  return Math.max(1, upTo(limit) + r.int(7) - 3)
+}
+
+// The draft's body, chunked: a Content-Length body is made one (its fields changed to say so), so that
+// the chunked runs apply to every template.
+function chunkedBody(r: Random, d: Draft): Chunked {
+  if (typeof d.body !== 'string') return d.body
+  removeField(d, 'content-length')
+  removeField(d, 'transfer-encoding')
+  addField(d, 'Transfer-Encoding', 'chunked')
+  return (d.body = chunked(r, d.body))
+}
+
+// `count` copies of a line among the field lines, from `at`: in one go, as there may be tens of thousands.
+function addLines(d: Draft, at: number, line: string, count: number) {
+  d.lines = [...d.lines.slice(0, at), ...Array<string>(count).fill(line), ...d.lines.slice(at)]
+  d.ends = [...d.ends.slice(0, at), ...Array<string>(count).fill(CRLF), ...d.ends.slice(at)]
+}
+
+const RUN_MUTATIONS: Record<string, Mutation> = {
+  'run of spaces or tabs': (r, d) => {
+    const run = r.pick([' ', '\t', ' \t'])
+    const i = r.chance(0.15) ? 0 : fieldLine(r, d)
+    if (i === undefined) return undefined
+    const counted = r.chance(0.5)
+    const n = runLength(
+      r,
+      run.length,
+      counted ? countedBytes(d) : headBytes(d),
+      counted ? MAX_HEADER_BYTES : MAX_HEAD_BYTES,
+    )
+    const line = d.lines[i]
+    const colon = Math.max(0, line.indexOf(':'))
+    // In the request line between its parts, or at its end; in a field line before the value (which Node
+    // does not count), within it or after it (which it does).
+    const at =
+      i === 0
+        ? r.pick([Math.max(0, line.indexOf(' ')), Math.max(0, line.lastIndexOf(' ')), line.length])
+        : r.pick([colon + 1, colon + 1 + r.int(line.length - colon), line.length])
+    d.lines[i] = line.slice(0, at) + run.repeat(n) + line.slice(at)
+    return `${n} × ${JSON.stringify(run)} in line ${i}`
+  },
+  'many empty lines before': (r, d) => {
+    const n = runLength(r, 2, headBytes(d) - d.before.length, MAX_HEAD_BYTES)
+    d.before = CRLF.repeat(n) + (r.chance(0.1) ? r.pick(['\n', '\r', ' \r\n']) : '')
+    return `${n} empty lines before`
+  },
+  'many short field lines': (r, d) => {
+    const line = r.pick(['a: b', 'a:', 'a:b', 'X-Y: zz', 'a: b\t', `x: ${'v'.repeat(24)}`])
+    const counted = r.chance(0.5)
+    const n = r.chance(0.3)
+      ? Math.max(1, 1000 - (d.lines.length - 1) + r.int(5) - 2) // about Node's 1,000 field lines
+      : counted
+        ? runLength(r, line.replace(/:[\t ]*/, '').length, countedBytes(d), MAX_HEADER_BYTES)
+        : runLength(r, line.length + 2, headBytes(d), MAX_HEAD_BYTES)
+    addLines(d, 1 + r.int(d.lines.length), line, n)
+    return `${n} × ${JSON.stringify(line)}`
+  },
+  'run in the target': (r, d) => {
+    const token = r.pick(['%41', '%41', '%41', 'a', '/', '/..', '/a/..', '%2e%2e/', '\\', '?'])
+    const target = requestLine(d)[1] ?? '/'
+    const n = runLength(r, token.length, countedBytes(d), r.chance(0.8) ? MAX_HEADER_BYTES : MAX_HEAD_BYTES)
+    const at = target.startsWith('/') ? 1 + r.int(target.length) : target.length
+    setRequestLine(d, 1, target.slice(0, at) + token.repeat(n) + target.slice(at))
+    return `${n} × ${JSON.stringify(token)} in the target`
+  },
+  'leading zeros in a chunk size': (r, d) => {
+    const body = chunkedBody(r, d)
+    const n = runLength(r, 1, framingBytes(body), MAX_FRAMING_BYTES)
+    const chunk = body.chunks.length > 0 && r.chance(0.6) ? r.pick(body.chunks) : undefined
+    if (chunk) chunk.size = '0'.repeat(n) + chunk.size
+    else body.last = '0'.repeat(n) + body.last
+    return `${n} leading zeros in a ${chunk ? 'chunk' : 'last chunk'}'s size`
+  },
+  'long chunk extension': (r, d) => {
+    const body = chunkedBody(r, d)
+    const [open, token, close] = r.pick([
+      ['', ';x', ''],
+      ['', ';a=b', ''],
+      [';e', 'e', ''],
+      [';a=', 'v', ''],
+      [';a="', 'q', '"'],
+      [';a="', ' ', '"'],
+    ])
+    const limit = r.pick([MAX_FRAMING_BYTES, MAX_FRAMING_BYTES, LLHTTP_EXTENSION_BYTES])
+    const n = runLength(r, token.length, framingBytes(body) + open.length + close.length, limit)
+    const ext = open + token.repeat(n) + close
+    const chunk = body.chunks.length > 0 && r.chance(0.6) ? r.pick(body.chunks) : undefined
+    if (chunk) chunk.ext = ext
+    else body.last += ext
+    return `${n} × ${JSON.stringify(token)} in a ${chunk ? 'chunk' : 'last chunk'}'s extension`
+  },
+  'many tiny chunks': (r, d) => {
+    const body = chunkedBody(r, d)
+    // Each chunk of one byte is 5 bytes of framing: its size line and the CRLF after its data. What the
+    // data lacks is made up in spaces, which a JSON body may end with.
+    const n = runLength(r, 5, framingBytes({ ...body, chunks: [] }), MAX_FRAMING_BYTES)
+    const data = body.chunks
+      .map((c) => c.data)
+      .join('')
+      .padEnd(n, ' ')
+    body.chunks = Array.from(data, (byte) => ({ size: '1', ext: '', data: byte, end: CRLF }))
+    return `${data.length} chunks of a byte`
+  },
+  'long trailers': (r, d) => {
+    const body = chunkedBody(r, d)
+    const limit = r.pick([MAX_FRAMING_BYTES, MAX_FRAMING_BYTES, MAX_HEADER_BYTES])
+    if (r.chance(0.5)) {
+      const n = runLength(r, 1, framingBytes(body) + 7, limit)
+      body.trailers.push(`X-T: ${'v'.repeat(n)}`)
+      return `a trailer of ${n} bytes`
+    }
+    const line = r.pick(['a: b', 'X-Trailer: 1', 'a:'])
+    const n = runLength(r, line.length + 2, framingBytes(body), limit)
+    body.trailers = body.trailers.concat(Array<string>(n).fill(line))
+    return `${n} trailers ${JSON.stringify(line)}`
+  },
+  'chunked body near 16 KB': (r, d) => {
+    const body = chunkedBody(r, d)
+    const data = body.chunks.map((c) => c.data).join('')
+    const size = BODY_LIMIT + r.int(5) - 2
+    body.chunks = chunked(r, data.padEnd(size, ' ')).chunks
+    return `chunked body of ${size} bytes`
+  },
+}
+
 const MUTATIONS: [string, Mutation][] = [
   ...Object.entries(FIELD_MUTATIONS),
   ...Object.entries(LINE_MUTATIONS),
   ...Object.entries(BODY_MUTATIONS),
+  ...Object.entries(ABSOLUTE_MUTATIONS),
+  ...Object.entries(RUN_MUTATIONS),
 ]
 const INTERESTING_BYTES = [0x00, 0x09, 0x0a, 0x0d, 0x20, 0x22, 0x25, 0x2c, 0x2f, 0x3a, 0x3b, 0x7f, 0x80, 0xff]
 
@@ -802,4 +1080,52 @@ export function writingCases(tokens: string[]): Case[] {
   return cases.map(([name, text, methods, writes], index) =>
     fixedCase(index, `write ${index}: ${name}`, text, methods, writes),
   )
+}
+
+// Resource exhaustion (test/differential.test.ts): a token repeated 10, 1,000 and 100,000 times in each
+// part of a request, the bytes written 1 KiB at a time with no pause but a turn of the event loop
+// between writes. The chunked ones are posts with `ghost`'s token, whose bodies both servers read, and
+// which never write.
+const EXHAUSTION_TOKENS = ['a', ' ', '\t', '\r\n', '%41', 'a: b\r\n', ';x', '0', '1\r\na\r\n']
+const EXHAUSTION_COUNTS = [10, 1_000, 100_000]
+const EXHAUSTION_WRITE_BYTES = 1024
+
+export function exhaustionCases(ghost: string): Case[] {
+  const get = (line: string, fields = '') => `${line}\r\nHost: test\r\n${fields}\r\n`
+  const post = (body: string) =>
+    `POST /posts HTTP/1.1\r\nHost: test\r\nAuthorization: Bearer ${ghost}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${body}`
+  const places: [string, string, (run: string, token: string, count: number) => string][] = [
+    ['before the request line', 'GET', (run) => run + get('GET /health HTTP/1.1')],
+    ['in the method', 'GET', (run) => get(`GE${run}T /health HTTP/1.1`)],
+    ['in the target', 'GET', (run) => get(`GET /hea${run}lth HTTP/1.1`)],
+    ['in the version', 'GET', (run) => get(`GET /health HTTP/1${run}.1`)],
+    ['in a field name', 'GET', (run) => get('GET /health HTTP/1.1', `X-${run}: v\r\n`)],
+    ['in a field value', 'GET', (run) => get('GET /health HTTP/1.1', `X: a${run}b\r\n`)],
+    ['a field line each', 'GET', (_run, token, n) => get('GET /health HTTP/1.1', `X: ${token}\r\n`.repeat(n))],
+    ['before a chunk size', 'POST', (run) => post(`${run}1\r\n{\r\n1\r\n}\r\n0\r\n\r\n`)],
+    ['in a chunk extension', 'POST', (run) => post(`1;e${run}\r\n{\r\n1\r\n}\r\n0\r\n\r\n`)],
+    ['as chunk data', 'POST', (run) => post(`${run.length.toString(16)}\r\n${run}\r\n0\r\n\r\n`)],
+    ['as the chunks', 'POST', (run) => post(`${run}0\r\n\r\n`)],
+    ['in a trailer', 'POST', (run) => post(`2\r\n{}\r\n0\r\nX-T: a${run}\r\n\r\n`)],
+  ]
+  const cases: Case[] = []
+  for (const [where, method, make] of places)
+    for (const token of EXHAUSTION_TOKENS)
+      for (const count of EXHAUSTION_COUNTS) {
+        const bytes = Buffer.from(make(token.repeat(count), token, count), 'latin1')
+        const writes = Array.from(
+          { length: Math.ceil(bytes.length / EXHAUSTION_WRITE_BYTES) - 1 },
+          (_, i) => (i + 1) * EXHAUSTION_WRITE_BYTES,
+        )
+        cases.push({
+          index: cases.length,
+          name: `${count} × ${JSON.stringify(token)} ${where}`,
+          bytes,
+          methods: [method],
+          requests: 1,
+          writes,
+          delays: writes.map(() => 0),
+        })
+      }
+  return cases
 }
