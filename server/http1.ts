@@ -303,16 +303,17 @@ function bodyLengthOf(minor: 0 | 1, contentLength: string | undefined, codings: 
 // read as a Host field is, and the path by the same rules, resolved as WHATWG URL does, dot segments
 // and all, unless it needs no resolving. Undefined where there is no URL to be had.
 function requestUrl(target: string, host: string | undefined): string | undefined {
-  if (target.charCodeAt(0) === 47) return host ? urlOf('http://', host, target) : undefined
+  if (target.charCodeAt(0) === 47) {
+    if (!host) return undefined
+    if (PLAIN_HOST.test(host) && PLAIN_PATH.test(target) && !DOT_SEGMENT.test(target)) return `http://${host}${target}`
+    return parsedUrl('http://', host, target)
+  }
   const absolute = ABSOLUTE.exec(target)
-  return absolute && absolute[2] !== '' && HOST.test(absolute[2])
-    ? urlOf(absolute[1], absolute[2], absolute[3])
-    : undefined
+  if (!absolute || !HOST.test(absolute[2])) return undefined
+  return parsedUrl(absolute[1], absolute[2], absolute[3])
 }
 
-function urlOf(scheme: string, authority: string, path: string): string | undefined {
-  if (scheme === 'http://' && PLAIN_HOST.test(authority) && PLAIN_PATH.test(path) && !DOT_SEGMENT.test(path))
-    return `http://${authority}${path}`
+function parsedUrl(scheme: string, authority: string, path: string): string | undefined {
   // WHATWG URL reads a backslash in a path as a slash: a path nobody sent. As @hono/node-server, refused.
   const query = path.indexOf('?')
   if (path.lastIndexOf('\\', query < 0 ? Infinity : query) >= 0) return undefined
@@ -336,7 +337,7 @@ const FRAMING_TOO_LARGE = refuse(413, 'chunked framing over 8 KB')
 // MAX_FRAMING_BYTES.
 export class ChunkedBody {
   size = 0 // the data the size lines have declared so far
-  framing = 0
+  #framing = 0 // bytes of size lines, extensions, the CRLFs after data and trailer lines
   #data: Buffer | undefined
   #stored = 0
   #remaining = -1 // of the current chunk's data, then 0 until its CRLF; -1 before a size line; -2 in the trailer
@@ -369,7 +370,7 @@ export class ChunkedBody {
         if (bytes[at] !== 13 || (at + 1 < bytes.length && bytes[at + 1] !== 10))
           return refuse(400, 'chunk data longer than its size')
         if (at + 1 === bytes.length) break
-        this.framing += 2
+        this.#framing += 2
         this.#remaining = -1
         at += 2
       } else {
@@ -377,8 +378,8 @@ export class ChunkedBody {
         const eol = bytes.indexOf('\r\n', from, 'latin1')
         this.meter.examined += (eol < 0 ? bytes.length : eol + 2) - from
         if (eol < 0) return this.#partialLine(bytes, at)
-        this.framing += eol + 2 - at
-        if (this.framing > MAX_FRAMING_BYTES) return FRAMING_TOO_LARGE
+        this.#framing += eol + 2 - at
+        if (this.#framing > MAX_FRAMING_BYTES) return FRAMING_TOO_LARGE
         this.#looked = 0
         this.meter.examined += eol - at
         const step = this.#line(bytes.toString('latin1', at, eol))
@@ -413,7 +414,7 @@ export class ChunkedBody {
 
   // A line not yet whole: refused at once if it cannot become one, or if it is already too long.
   #partialLine(bytes: Buffer, at: number): { at: number; done: boolean } | Refusal {
-    if (this.framing + bytes.length - at > MAX_FRAMING_BYTES) return FRAMING_TOO_LARGE
+    if (this.#framing + bytes.length - at > MAX_FRAMING_BYTES) return FRAMING_TOO_LARGE
     if (bytes.indexOf(10, at + this.#looked) >= 0) return refuse(400, 'a bare LF in a chunked body')
     this.meter.examined += bytes.length - at - this.#looked
     this.#looked = bytes.length - at

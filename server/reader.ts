@@ -98,8 +98,8 @@ export class RequestReader implements HeadProgress {
 
   // The connection is closing: what it sent is of no more use.
   discard() {
-    this.bytes = undefined
-    this.#next((this.end = 0))
+    this.end = 0
+    this.#next(0)
   }
 
   #unread(): Buffer {

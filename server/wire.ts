@@ -1,8 +1,9 @@
-// The API's HTTP/1.1 server, straight on node:net: every request read strictly (server/http1.ts),
-// handed to the fetch handler as a light Request (server/web.ts), and answered in one write. node:http
-// costs about a quarter of a lone request's CPU and half of an idle connection's memory
-// (BENCHMARKS.md, "The wire"); here an idle connection is its socket and a few fields, the bytes of a
-// request are held only while it is split across packets, and one timer a second keeps every time limit.
+// The API's HTTP/1.1 server, straight on node:net: every request read strictly and within its limits
+// (server/reader.ts, server/http1.ts), handed to the fetch handler as a light Request (server/web.ts),
+// and answered in one write. node:http costs about a quarter of a lone request's CPU and half of an idle
+// connection's memory (BENCHMARKS.md, "The wire"); here an idle connection is its socket, a few fields
+// and an empty reader, the bytes of a request are held only while it is split across packets, and one
+// timer a second keeps every time limit.
 import { createServer, type Socket } from 'node:net'
 import { CHUNKED, MAX_HEAD_BYTES, type Head } from './http1.ts'
 import { RequestReader, type ReadRequest } from './reader.ts'
