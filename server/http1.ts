@@ -1,6 +1,6 @@
 // Reads HTTP/1.x requests out of the bytes a connection sends: the request line and the header section
 // by RFC 9112, never more loosely than llhttp (node:http's parser), then the body by its framing. No I/O
-// here: server/wire.ts hands it what a connection has sent so far. Each refusal says why in `reason`;
+// here: server/reader.ts hands it what a connection has sent so far. Each refusal says why in `reason`;
 // where it refuses what llhttp takes, docs/http.md gives the reason.
 import { METHODS } from 'node:http'
 
