@@ -7,15 +7,14 @@
 // rest is its own); where a test does not apply to a server, it is skipped by name, with the reason.
 import assert from 'node:assert/strict'
 import { once } from 'node:events'
-import { readFileSync } from 'node:fs'
-import { connect, type Socket } from 'node:net'
+import { connect } from 'node:net'
 import { after, before, describe, test, type TestContext } from 'node:test'
 import { exchange } from '../harness/client.ts'
-import { cpuTicks, memoryKb, TICK_US } from '../harness/proc.ts'
 import { freshSeededCopy } from '../harness/seed.ts'
 import { type Server, shippedNodeFlags, startServer } from '../harness/server.ts'
 import { holdsWithin, sleep, until, within } from '../harness/time.ts'
-import { probeHealth } from './helpers.ts'
+import { meterProcess, probeHealth } from './helpers.ts'
+import { serverClosed } from './sockets.ts'
 
 type Mode = 'net' | 'node-server'
 
@@ -50,22 +49,6 @@ async function serve(mode: Mode) {
   }
 }
 type Served = Awaited<ReturnType<typeof serve>>
-
-const cpuSeconds = (pid: number) => (cpuTicks(pid).total * TICK_US) / 1e6
-const rssMb = (pid: number) => memoryKb(pid, 'VmRSS') / KiB
-
-// The server's RSS every 20 ms until stop(): at rest when it began, and its growth at the peak.
-function sampleRss(pid: number) {
-  const rest = rssMb(pid)
-  let peak = rest
-  const sampler = setInterval(() => (peak = Math.max(peak, rssMb(pid))), 20)
-  return {
-    stop: () => {
-      clearInterval(sampler)
-      return { rest, growth: Math.max(peak, rssMb(pid)) - rest }
-    },
-  }
-}
 
 // What one client sends to one server costs it bounded time and memory.
 function attacks(mode: Mode, { skip = [] }: { skip?: Skip[] } = {}) {
@@ -103,7 +86,7 @@ function attacks(mode: Mode, { skip = [] }: { skip?: Skip[] } = {}) {
     it('2 MiB of empty lines before a request line, 1 KiB a millisecond, cost the server under 0.25 s of CPU; the request is answered, and /health answers throughout', async (t) => {
       // Every 100 ms, not 20: each probe costs the server CPU too (seen: 1.4 ms each on node:http).
       const health = probeHealth(port, 100)
-      const cpuBefore = cpuSeconds(server.pid)
+      const meter = meterProcess(server.pid)
       const client = await open(port)
       const kib = Buffer.from('\r\n'.repeat(KiB / 2))
       const started = performance.now()
@@ -120,7 +103,7 @@ function attacks(mode: Mode, { skip = [] }: { skip?: Skip[] } = {}) {
       await until(() => client.answer() !== undefined, 10_000, 'an answer after the empty lines')
       const answer = client.answer()!
       if (answer.headers.connection === 'close') await client.closedWithin(5_000)
-      const cpu = cpuSeconds(server.pid) - cpuBefore
+      const cpu = meter.stop().cpuMs / 1000
       const said = `${answer.status}, Connection: ${answer.headers.connection}${client.open() ? '' : ', closed'}`
       client.socket.destroy()
       const probes = await health.stop()
@@ -144,7 +127,7 @@ function attacks(mode: Mode, { skip = [] }: { skip?: Skip[] } = {}) {
       `a chunked POST /posts of 3,000 one-byte chunks, each with a 16,000-byte extension (46 MB), grows the server's RSS under 32 MB; /health answers throughout`,
       async (t, { pid, port }) => {
         const health = probeHealth(port)
-        const rss = sampleRss(pid)
+        const meter = meterProcess(pid)
         const client = await open(port)
         const started = performance.now()
         client.socket.write(CHUNKED_POST)
@@ -157,7 +140,8 @@ function attacks(mode: Mode, { skip = [] }: { skip?: Skip[] } = {}) {
         if (client.open()) client.socket.write('0\r\n\r\n')
         const writing = (performance.now() - started) / 1000
         await until(() => client.answer() !== undefined || !client.open(), 10_000, 'an answer to the chunked POST')
-        const { rest, growth } = rss.stop()
+        const { restKb, growthKb } = meter.stop()
+        const [rest, growth] = [restKb / KiB, growthKb / KiB]
         client.socket.destroy()
         const probes = await health.stop()
         const answer = client.answer()
@@ -217,7 +201,7 @@ function attacks(mode: Mode, { skip = [] }: { skip?: Skip[] } = {}) {
         client.socket.write(`GET ${path} HTTP/1.1\r\nHost: t\r\n\r\n`.repeat(2_000))
         const sent = performance.now()
         // The client is not reading, so it cannot see the close: the kernel's view of the server's end can.
-        const closed = await holdsWithin(() => serverClosed(port, client.socket), 5_000)
+        const closed = await holdsWithin(() => serverClosed(client.socket), 5_000)
         const seconds = (performance.now() - sent) / 1000
         // Now read what the server sent before it closed (or, when it did not, what it sent anyway).
         client.socket.resume()
@@ -244,8 +228,7 @@ function attacks(mode: Mode, { skip = [] }: { skip?: Skip[] } = {}) {
       "200 connections that each send ~40 KB of a request that never ends, 1 KB every 40 ms, grow RSS under 200 × 112 KB and the heap's slack; each meets its limit, where the server has one; /health answers throughout",
       async (t, { pid, port }) => {
         const health = probeHealth(port)
-        const rss = sampleRss(pid)
-        const cpuBefore = cpuSeconds(pid)
+        const meter = meterProcess(pid)
         const clients = await Promise.all(
           Array.from({ length: 200 }, async (_, i) => {
             const shape = SHAPES[i % SHAPES.length]
@@ -265,8 +248,8 @@ function attacks(mode: Mode, { skip = [] }: { skip?: Skip[] } = {}) {
         // Each refusal: answered, and the connection closed by the server.
         const refusing = clients.filter(({ shape }) => typeof shape[mode] === 'number')
         const settled = await holdsWithin(() => refusing.every(({ client }) => !client.open()), 15_000)
-        const { rest, growth } = rss.stop()
-        const cpu = cpuSeconds(pid) - cpuBefore
+        const { cpuMs, restKb, growthKb } = meter.stop()
+        const [cpu, rest, growth] = [cpuMs / 1000, restKb / KiB, growthKb / KiB]
         const probes = await health.stop()
         // What each shape got, and after how many of its bytes (the most the client sent before it saw the answer).
         const outcomes = new Map<string, { count: number; kib: number[] }>()
@@ -416,21 +399,6 @@ function parseAnswer(received: Buffer): Answer | undefined {
   const length = Number(headers['content-length'] ?? 0)
   if (received.length < end + 4 + length) return undefined
   return { status: Number(status), headers, body: received.toString('utf8', end + 4, end + 4 + length) }
-}
-
-// Whether the server has closed its end of a client's connection, by the kernel's table (/proc/net/tcp):
-// gone (reset), or past ESTABLISHED (01) and CLOSE_WAIT (08), once it has sent its FIN.
-function serverClosed(port: number, socket: Socket): boolean {
-  const serverEnd = readFileSync('/proc/net/tcp', 'utf8')
-    .trim()
-    .split('\n')
-    .slice(1)
-    .map((line) => line.trim().split(/\s+/))
-    .find(
-      ([, local, remote]) =>
-        parseInt(local.split(':')[1], 16) === port && parseInt(remote.split(':')[1], 16) === socket.localPort,
-    )
-  return serverEnd === undefined || (serverEnd[3] !== '01' && serverEnd[3] !== '08')
 }
 
 // The same tests for both servers; node:http reads a chunked body's framing as llhttp does, not as ours.

@@ -15,7 +15,6 @@ import { connect } from 'node:net'
 import { join } from 'node:path'
 import { setImmediate } from 'node:timers/promises'
 import { after, before, describe, test } from 'node:test'
-import { cpuTicks, memoryKb, TICK_US } from '../harness/proc.ts'
 import { DEFAULT_SECRET } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
 import { sleep, within } from '../harness/time.ts'
@@ -24,7 +23,7 @@ import { REFUSALS } from '../server/api-server.ts'
 import type { Head, Refusal } from '../server/http1.ts'
 import { RequestReader } from '../server/reader.ts'
 import { exhaustionCases, fixedCase, generateCases, writingCases, type Case } from './fuzz-requests.ts'
-import { claims, makeToken, now, probeHealth, smallDatabase } from './helpers.ts'
+import { claims, makeToken, meterProcess, now, probeHealth, smallDatabase } from './helpers.ts'
 
 const SEED =
   process.env.FUZZ_SEED === 'random' ? Math.floor(Math.random() * 2 ** 31) : Number(process.env.FUZZ_SEED || 20261203)
@@ -859,32 +858,6 @@ const EXHAUSTION_RSS_PLUS_KB = 32 * 1024
 const PROBE_EVERY_MS = 50
 const PROBE_DEADLINE_MS = 1_000
 
-// What a server's process spends from now to stop(): CPU (utime + stime, all threads) and its peak RSS
-// above its RSS now, by VmHWM once reset (/proc/<pid>/clear_refs), and by VmRSS read every 50 ms.
-function meter(pid: number) {
-  const cpu = cpuTicks(pid).total
-  const rss = memoryKb(pid, 'VmRSS')
-  let peak = rss
-  let peakReset = true
-  try {
-    writeFileSync(`/proc/${pid}/clear_refs`, '5')
-  } catch {
-    peakReset = false // not ours to reset: the samples alone
-  }
-  const sampling = setInterval(() => {
-    try {
-      peak = Math.max(peak, memoryKb(pid, 'VmRSS'))
-    } catch {} // the process has gone: the test after this says so
-  }, PROBE_EVERY_MS)
-  return {
-    stop: () => {
-      clearInterval(sampling)
-      peak = Math.max(peak, memoryKb(pid, peakReset ? 'VmHWM' : 'VmRSS'))
-      return { cpuMs: ((cpuTicks(pid).total - cpu) * TICK_US) / 1000, rssGrowthKb: peak - rss }
-    },
-  }
-}
-
 type Three = {
   servers: Record<keyof Ports, Server>
   ports: Ports
@@ -1014,7 +987,10 @@ describe("differential fuzzing: ours (node:net) against today's (node:http) and 
   describe('resource exhaustion: a token repeated 10 to 100,000 times in each part of a request', () => {
     test("answers as today's or deliberate, /health answered throughout, CPU and memory within today's", async (t) => {
       const cases = exhaustionCases(three.tokens.ghost)
-      const meters = { ours: meter(three.servers.ours.pid), today: meter(three.servers.today.pid) }
+      const meters = {
+        ours: meterProcess(three.servers.ours.pid, PROBE_EVERY_MS),
+        today: meterProcess(three.servers.today.pid, PROBE_EVERY_MS),
+      }
       const probes = {
         ours: probeHealth(three.ports.ours, PROBE_EVERY_MS),
         today: probeHealth(three.ports.today, PROBE_EVERY_MS),
@@ -1025,7 +1001,7 @@ describe("differential fuzzing: ours (node:net) against today's (node:http) and 
       const cost = { ours: meters.ours.stop(), today: meters.today.stop() }
       const health = { ours: await probes.ours.stop(), today: await probes.today.stop() }
       const said = (name: 'ours' | 'today') =>
-        `${name}: CPU ${cost[name].cpuMs.toFixed(0)} ms, RSS +${(cost[name].rssGrowthKb / 1024).toFixed(1)} MB, ` +
+        `${name}: CPU ${cost[name].cpuMs.toFixed(0)} ms, RSS +${(cost[name].growthKb / 1024).toFixed(1)} MB, ` +
         `/health ${health[name].latencies.length} probes, slowest ${health[name].max.toFixed(0)} ms`
       t.diagnostic(
         `${cases.length} cases in ${seconds.toFixed(1)} s\n${said('ours')}\n${said('today')}\n${summary(run)}`,
@@ -1041,8 +1017,8 @@ describe("differential fuzzing: ours (node:net) against today's (node:http) and 
         `ours spent ${cost.ours.cpuMs.toFixed(0)} ms of CPU, today's ${cost.today.cpuMs.toFixed(0)} ms`,
       )
       assert.ok(
-        cost.ours.rssGrowthKb <= cost.today.rssGrowthKb + EXHAUSTION_RSS_PLUS_KB,
-        `ours grew ${cost.ours.rssGrowthKb} kB, today's ${cost.today.rssGrowthKb} kB`,
+        cost.ours.growthKb <= cost.today.growthKb + EXHAUSTION_RSS_PLUS_KB,
+        `ours grew ${cost.ours.growthKb} kB, today's ${cost.today.growthKb} kB`,
       )
     })
   })

@@ -1,6 +1,7 @@
 // The requests of the differential fuzz test (test/differential.test.ts): valid requests of the API,
 // mutated structurally (fields, framing, request line) and then byte by byte, all drawn from one seed,
 // so that the same seed makes the same bytes, split the same way, on every run.
+import { MAX_BODY_BYTES } from '../app.ts'
 import { mulberry32 } from '../random.ts'
 import { MAX_FRAMING_BYTES, MAX_HEAD_BYTES, MAX_HEADER_BYTES } from '../server/http1.ts'
 
@@ -774,7 +775,6 @@ const ABSOLUTE_MUTATIONS: Record<string, Mutation> = {
 // limit (16 KB of what Node counts of a head, 32 KB of a head in all, 8 KB of chunked framing, a body's
 // 16 KB, llhttp's 16 KB of a chunk's extensions), as long as to bring what is counted a few tokens either
 // side of the limit, or a few, or well past it.
-const BODY_LIMIT = 16 * 1024 // app.ts's MAX_BODY_BYTES
 const LLHTTP_EXTENSION_BYTES = 16 * 1024 // a chunk's extensions, as Node runs llhttp
 
 // What Node counts of a head toward its 16 KB: the target, each field's name and value (whitespace
@@ -919,7 +919,7 @@ const RUN_MUTATIONS: Record<string, Mutation> = {
   'chunked body near 16 KB': (r, d) => {
     const body = chunkedBody(r, d)
     const data = body.chunks.map((c) => c.data).join('')
-    const size = BODY_LIMIT + r.int(5) - 2
+    const size = MAX_BODY_BYTES + r.int(5) - 2
     body.chunks = chunked(r, data.padEnd(size, ' ')).chunks
     return `chunked body of ${size} bytes`
   },

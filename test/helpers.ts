@@ -3,7 +3,7 @@
 // and the user a server runs as.
 import { execFileSync, spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
@@ -11,6 +11,7 @@ import { DatabaseSync } from 'node:sqlite'
 import { describe, test, type TestOptions } from 'node:test'
 import { sign } from 'hono/jwt'
 import { exchange } from '../harness/client.ts'
+import { cpuTicks, memoryKb, TICK_US } from '../harness/proc.ts'
 import { DEFAULT_SECRET, type Token } from '../harness/seed.ts'
 import { holdsWithin, sleep, within } from '../harness/time.ts'
 import { ROOT } from '../harness/tools.ts'
@@ -257,4 +258,31 @@ export function runnableByUser() {
     process.once('exit', () => rmSync(dir, { recursive: true, force: true }))
   }
   return runnable
+}
+
+// What a server's process spends from now to stop(): its CPU (utime + stime, every thread), its RSS
+// now, and its peak RSS above that: by VmHWM once reset (/proc/<pid>/clear_refs), where this process may
+// reset it, and by VmRSS read every `everyMs`.
+export function meterProcess(pid: number, everyMs = 20) {
+  const cpu = cpuTicks(pid).total
+  const restKb = memoryKb(pid, 'VmRSS')
+  let peakKb = restKb
+  let peakReset = true
+  try {
+    writeFileSync(`/proc/${pid}/clear_refs`, '5')
+  } catch {
+    peakReset = false // not this process's to reset: the samples alone
+  }
+  const sampling = setInterval(() => {
+    try {
+      peakKb = Math.max(peakKb, memoryKb(pid, 'VmRSS'))
+    } catch {} // the process has gone: the test's own checks say so
+  }, everyMs)
+  return {
+    stop: () => {
+      clearInterval(sampling)
+      peakKb = Math.max(peakKb, memoryKb(pid, peakReset ? 'VmHWM' : 'VmRSS'))
+      return { cpuMs: ((cpuTicks(pid).total - cpu) * TICK_US) / 1000, restKb, growthKb: peakKb - restKb }
+    },
+  }
 }

@@ -38,6 +38,13 @@ export function serverHasRead(socket: Socket): boolean {
   return socket.writableLength === 0 && end !== undefined && end.unread === 0
 }
 
+// Whether the server at the other end of a connected socket has closed its end: its FIN sent (past
+// ESTABLISHED and CLOSE_WAIT), or the connection gone. For a client that does not read, and so cannot see it.
+export function serverClosed(socket: Socket): boolean {
+  const end = tcpSockets().find((s) => s.localPort === socket.remotePort && s.remotePort === socket.localPort)
+  return end === undefined || (end.state !== ESTABLISHED && end.state !== CLOSE_WAIT)
+}
+
 // What comes on the socket until the server closes it.
 export async function readToEnd(socket: Socket): Promise<string> {
   let received = ''
