@@ -4,7 +4,8 @@
 // answers. No speed is asserted here.
 import assert from 'node:assert/strict'
 import { execFileSync, spawnSync } from 'node:child_process'
-import { readFileSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { exchange } from '../harness/client.ts'
@@ -13,7 +14,7 @@ import { freshSeededCopy } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
 import { ROOT } from '../harness/tools.ts'
 import { countSyscalls } from './lib.ts'
-import { k6Percentile, limitOf } from './score.ts'
+import { k6Percentile, levelsOfLog, limitOf, type Scoring, search } from './score.ts'
 import { send, sequence } from './sequence.ts'
 
 const hasWrk = spawnSync('which', ['wrk']).status === 0
@@ -160,6 +161,32 @@ describe('bench/score.ts', () => {
     assert.equal(limitOf({ ...level, complete: false }), 'errors')
     assert.equal(limitOf({ ...level, server_cpu: 0.95, said: 'Error: EMFILE: too many open files' }), 'files')
     assert.equal(limitOf({ ...level, server_cpu: 0.95, failed: 0.5, outOfMemory: true }), 'memory')
+  })
+
+  // A resumed run takes its log's levels in the search's own order, and measures only past them; a log
+  // of another commit, or levels in another order, is refused rather than mixed in.
+  test('resumes a search from its log, and refuses a log of another run', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'score-'))
+    const run = { commit: 'abc1234', full: true, flags: ['--max-old-space-size=1536'], confirmFrom: null }
+    const passes = (users: number) => users <= 8100 // the search: 2,500 .. 10,000, then narrowing to 250
+    const taken = [2500, 5000, 10000, 7500, 8750, 8250, 8000].map((users, i) => ({
+      users,
+      phase: i < 3 ? 'search' : 'narrowing',
+      pass: passes(users),
+    }))
+    const log = join(dir, 'run.log')
+    writeFileSync(
+      log,
+      [{ run }, ...taken].map((line) => `2026-12-06T00:00:00Z a progress line\n${JSON.stringify(line)}`).join('\n'),
+    )
+    const scoring = (replay: object[]) => ({ levels: [], replay, remaining: () => 0 }) as unknown as Scoring
+    const lengths = { warmup: { ramp: 1, hold: 1 }, search: { ramp: 1, hold: 1 }, confirm: { ramp: 1, hold: 1 } }
+    const s = scoring(levelsOfLog(log, run))
+    const { passed, resolution } = await search(s, { full: true, lengths, expected: 2500 })
+    assert.deepEqual([passed, resolution, s.levels.length, s.replay.length], [8000, 250, 7, 0])
+    assert.throws(() => levelsOfLog(log, { ...run, commit: 'def5678' }), /is a run of .*abc1234/)
+    const reordered = scoring([taken[1], ...taken.slice(1)])
+    await assert.rejects(search(reordered, { full: true, lengths, expected: 2500 }), /next level is search at 5000/)
   })
 })
 

@@ -6,6 +6,7 @@
 //   npm run bench -- --cluster [--quick]      Litestream followers: a primary and a follower (bench/cluster.ts)
 //   npm run bench -- --score [--full]         the challenge's score in the box's limits (bench/score.ts)
 //   npm run bench -- --score --full --confirm-from <users>   only its warm-up and confirmation, from there down
+//   npm run bench -- --score --full --resume <log>          a stopped run, on from its last level
 //   npm run bench -- --score --k6 <k6 binary> its users generator against the real k6, at 10,000 users
 //   npm run bench -- --instructions [--check | --record]     instructions a request, counted (bench/instructions.ts)
 //

@@ -3,6 +3,7 @@
 //
 //   npm run bench -- --score [--full] [--record] [--flags=<node flags>]
 //   npm run bench -- --score --full --confirm-from <users>   only its warm-up and confirmation, from there down
+//   npm run bench -- --score --full --resume <its log>       an interrupted run, on from its last level
 //   npm run bench -- --score --k6 <k6 binary>                its users generator against the real k6, at 10,000 users
 //
 // The challenge: 1,000 users for 2 minutes as a warm-up; then from 2,500 users, doubling until a level
@@ -158,7 +159,16 @@ type Progress = ReturnType<typeof progress>
 
 // A score run as it goes: the server's seed and flags, the levels so far (each also a line of the log),
 // the progress line, and how long is left of the run besides the level under way.
-type Scoring = { seed: Seed; flags: string[]; levels: Level[]; logFile: string; p: Progress; remaining: () => number }
+// `replay`: the levels an interrupted run measured, taken again in its order instead of measured anew.
+export type Scoring = {
+  seed: Seed
+  flags: string[]
+  levels: Level[]
+  replay: Level[]
+  logFile: string
+  p: Progress
+  remaining: () => number
+}
 
 // The challenge's lengths with --full; shorter by default, to fit in about 20 minutes.
 const lengthsOf = (full: boolean) => ({
@@ -177,6 +187,7 @@ export async function scoreBench({
   estimate,
   commit,
   confirmFrom,
+  resume,
 }: {
   seed: Seed
   flags: string[]
@@ -184,11 +195,18 @@ export async function scoreBench({
   commit: string
   // Skip the search and the narrowing: the confirmation starts here (a level an earlier run found).
   confirmFrom?: number
+  // The log of an interrupted run of the same commit and settings: its levels are taken, not measured.
+  resume?: string
   estimate: { users: number; mix_rps: number; mix_cpu_us: number; c0_us: number }
 }) {
   mkdirSync(RESULTS, { recursive: true })
-  const logFile = join(RESULTS, `${new Date().toISOString().replace(/[:.]/g, '-')}-${commit}-score.log`)
-  const s: Scoring = { seed, flags, levels: [], logFile, p: progress(logFile, performance.now()), remaining: () => 0 }
+  const run = { commit, full, flags, confirmFrom: confirmFrom ?? null }
+  const logFile = resume ?? join(RESULTS, `${new Date().toISOString().replace(/[:.]/g, '-')}-${commit}-score.log`)
+  const replay = resume ? levelsOfLog(resume, run) : []
+  if (!resume) appendFileSync(logFile, `${JSON.stringify({ run })}\n`)
+  const p = progress(logFile, performance.now())
+  const s: Scoring = { seed, flags, levels: [], replay, logFile, p, remaining: () => 0 }
+  if (resume) log(`score: resuming ${resume}: ${replay.length} level${replay.length === 1 ? '' : 's'} measured already`)
   const lengths = lengthsOf(full)
   const probe = boxCgroup('probe')
   probe.remove()
@@ -264,7 +282,7 @@ type Search = { full: boolean; lengths: ReturnType<typeof lengthsOf>; confirmFro
 // Doubling from 2,500 while each level passes, then narrowing: halving the bracket until it is within
 // 250 users (--full), or an eighth of the best. --confirm-from skips both. Gives the best level passed,
 // and the step the confirmation steps down by.
-async function search(s: Scoring, { full, lengths, confirmFrom, expected }: Search) {
+export async function search(s: Scoring, { full, lengths, confirmFrom, expected }: Search) {
   const { search: searching, confirm } = lengths
   const doublings = () => doublingsTo(expected)
   let passed = confirmFrom ?? 0
@@ -297,6 +315,16 @@ async function search(s: Scoring, { full, lengths, confirmFrom, expected }: Sear
 // cgroup, under a limit of open files when given one; the users on the other core (bench/hold.ts).
 async function level(s: Scoring, users: number, phase: string, lengths: Lengths, nofile?: number): Promise<Level> {
   const { ramp, hold } = lengths
+  const recorded = s.replay.shift()
+  if (recorded) {
+    if (recorded.users !== users || recorded.phase !== phase) {
+      throw new Error(
+        `--resume: the log's next level is ${recorded.phase} at ${recorded.users}, the run's ${phase} at ${users}`,
+      )
+    }
+    s.levels.push(recorded)
+    return recorded
+  }
   const cgroup = boxCgroup(String(s.levels.length))
   const node = nofile ? 'prlimit' : process.execPath
   const nodeFlags = nofile ? [`--nofile=${nofile}`, process.execPath, ...s.flags] : s.flags
@@ -342,6 +370,20 @@ async function level(s: Scoring, users: number, phase: string, lengths: Lengths,
     await server.stop().catch(() => {})
     cgroup.remove()
   }
+}
+
+// The levels of an interrupted run's log (one JSON line each, after the run's own), refused where the
+// log is of another commit or other settings: its search would not be this one's.
+export function levelsOfLog(file: string, run: object) {
+  const lines = readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((line) => line.startsWith('{'))
+    .map((line) => JSON.parse(line))
+  const [first, ...levels] = lines
+  if (JSON.stringify(first?.run) !== JSON.stringify(run)) {
+    throw new Error(`--resume: ${file} is a run of ${JSON.stringify(first?.run)}, not of ${JSON.stringify(run)}`)
+  }
+  return levels as Level[]
 }
 
 // The cgroup's memory at its peak, what it held that the kernel cannot reclaim, and the server's
@@ -678,6 +720,7 @@ const OPTIONS = {
   full: { type: 'boolean', default: false },
   record: { type: 'boolean', default: false },
   'confirm-from': { type: 'string' },
+  resume: { type: 'string' },
   k6: { type: 'string' },
   flags: { type: 'string' },
 } as const
@@ -698,7 +741,7 @@ export async function main(argv: string[]) {
   }
   const commit = commitOf(ROOT)
   const estimate = await estimateOf(seed, flags, commit)
-  const result = await scoreBench({ seed, flags, full: args.full, estimate, commit, confirmFrom })
+  const result = await scoreBench({ seed, flags, full: args.full, estimate, commit, confirmFrom, resume: args.resume })
   const file = resultsFile(commit, 'score')
   const results = { date: new Date().toISOString(), commit, node: process.version, estimate, ...result }
   writeFileSync(file, JSON.stringify(results, null, 2))
