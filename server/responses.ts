@@ -20,7 +20,10 @@ function dateField(): string {
   return date
 }
 
-const statusLine = (status: number) => `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Unknown'}\r\n`
+// Each status line made once.
+const statusLines: string[] = []
+const statusLine = (status: number) =>
+  (statusLines[status] ??= `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Unknown'}\r\n`)
 
 // A whole answer in the JSON error shape, which closes the connection: for what is refused before a
 // fetch handler sees it (malformed HTTP, headers too large, a client too slow, a server full).
@@ -54,28 +57,52 @@ const FIELD_VALUE = /^[\t\x20-\x7e\x80-\xff]*$/
 // Fields this server writes itself from the answer's framing.
 const FRAMING = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'date'])
 
+// A handler's header fields as the head writes them: checked, and what they say of the connection.
+type Fields = { text: string; latin1: boolean; close: boolean }
+
+// A frozen record of strings (app.ts's JSON_HEADERS, on every answer) cannot change: checked and
+// written once, then reused.
+const checked = new WeakMap<object, Fields>()
+
+function fieldsOf(headers: HeadersInit | undefined): Fields {
+  const known = headers && checked.get(headers)
+  if (known) return known
+  const fields: Fields = { text: '', latin1: false, close: false }
+  if (headers instanceof Headers) {
+    for (const cookie of headers.getSetCookie()) addField(fields, 'set-cookie', cookie)
+    headers.forEach((value, name) => name !== 'set-cookie' && addField(fields, name, value))
+  } else if (Array.isArray(headers)) for (const [name, value] of headers) addField(fields, name, value)
+  else if (headers) {
+    let strings = true
+    for (const name in headers) {
+      const value = (headers as Record<string, string>)[name]
+      strings &&= typeof value === 'string'
+      addField(fields, name, value)
+    }
+    if (strings && Object.isFrozen(headers)) checked.set(headers, fields)
+  }
+  return fields
+}
+
+function addField(fields: Fields, name: string, value: string) {
+  if (!FIELD_NAME.test(name) || !(ASCII_VALUE.test(value) || (fields.latin1 = FIELD_VALUE.test(value)))) {
+    throw new TypeError(`an invalid response field: ${JSON.stringify(name)}`)
+  }
+  const lower = name.toLowerCase()
+  if (lower === 'connection' && /\bclose\b/i.test(value)) fields.close = true
+  if (!FRAMING.has(lower)) fields.text += `${name}: ${value}\r\n`
+}
+
 // The answer to a request from what a fetch handler returned: a Response that kept what it was given
 // (server/web.ts), or a real one.
 export function answerOf(response: globalThis.Response, request: Request): Answer {
   const given = (response as { [GIVEN]?: Given })[GIVEN]
   const status = given ? given.status : response.status
   const headers = given ? given.headers : response.headers
-  let fields = ''
-  let close = !request.keepAlive
-  let latin1 = false
-  const add = (name: string, value: string) => {
-    if (!FIELD_NAME.test(name) || !(ASCII_VALUE.test(value) || (latin1 = FIELD_VALUE.test(value)))) {
-      throw new TypeError(`an invalid response field: ${JSON.stringify(name)}`)
-    }
-    const lower = name.toLowerCase()
-    if (lower === 'connection' && /\bclose\b/i.test(value)) close = true
-    if (!FRAMING.has(lower)) fields += `${name}: ${value}\r\n`
-  }
-  if (headers instanceof Headers) {
-    for (const cookie of headers.getSetCookie()) add('set-cookie', cookie)
-    headers.forEach((value, name) => name !== 'set-cookie' && add(name, value))
-  } else if (Array.isArray(headers)) for (const [name, value] of headers) add(name, value)
-  else if (headers) for (const name in headers) add(name, (headers as Record<string, string>)[name])
+  const checkedFields = fieldsOf(headers)
+  let fields = checkedFields.text
+  let close = !request.keepAlive || checkedFields.close
+  const latin1 = checkedFields.latin1
   const body = given ? given.body : null
   if (given && typeof body === 'string' && !headers) fields += 'content-type: text/plain;charset=UTF-8\r\n'
   const bodiless = request.head || status === 204 || status === 304

@@ -30,6 +30,12 @@ app.get('/empty/:status', (c) => new Response(null, { status: Number(c.req.param
 app.get('/latin1', () => new Response('x', { headers: { 'x-name': 'Zo\xeb' } }))
 app.get('/injected', () => new Response('x', { headers: { 'x-bad': 'a\r\nset-cookie: b' } }))
 app.get('/bytes', () => new Response(new Uint8Array([104, 105])))
+// Frozen records of fields are checked once and then reused (server/responses.ts): what each says must
+// hold on every answer, the first and the next.
+const FROZEN = Object.freeze({ 'x-one': '1', 'x-name': 'Zo\xeb', connection: 'close' })
+const FROZEN_BAD = Object.freeze({ 'x-bad': 'a\r\nset-cookie: b' })
+app.get('/frozen', () => new Response('x', { headers: FROZEN }))
+app.get('/frozen-bad', () => new Response('x', { headers: FROZEN_BAD }))
 app.post('/echo', async (c) => c.text(await c.req.text()))
 app.post('/form', async (c) => c.json(Object.fromEntries(await c.req.formData())))
 app.get(
@@ -122,6 +128,17 @@ describe('answers', () => {
     const answer = await get('/injected')
     assert.equal(answer.status, 500)
     assert.doesNotMatch(answer.raw, /set-cookie/)
+  })
+
+  test('a frozen record of fields says the same on every answer, and a bad one is refused every time', async () => {
+    for (let i = 0; i < 3; i++) {
+      const answer = await conversation(['GET /frozen HTTP/1.1\r\nHost: t\r\n\r\n'])
+      assert.match(answer.text, /\r\nx-one: 1\r\nx-name: Zo\xeb\r\n/)
+      assert.match(answer.text, /\r\nConnection: close\r\n/, 'its connection: close closes, every time')
+      const bad = await get('/frozen-bad')
+      assert.equal(bad.status, 500)
+      assert.doesNotMatch(bad.raw, /set-cookie/)
+    }
   })
 
   test('every answer has Date', async () => {
