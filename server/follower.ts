@@ -7,7 +7,8 @@
 // the answer has gone. The API knows none of this: it plugs into app.ts's hooks, and wraps its fetch.
 import type { HttpBindings } from '@hono/node-server'
 import { Hono, type Context } from 'hono'
-import { existsSync, readFileSync } from 'node:fs'
+import { existsSync, watch, type FSWatcher } from 'node:fs'
+import { basename, dirname } from 'node:path'
 import type { DatabaseSync, StatementSync } from 'node:sqlite'
 import {
   answerError,
@@ -40,8 +41,6 @@ function statement(db: DatabaseSync, sql: string): StatementSync {
 const CATCH_UP_MS = 5_000
 // Past the primary's own wait for the write lock, it is not coming back: the write's fate is unknown.
 const FORWARD_TIMEOUT_MS = BUSY_TIMEOUT_MS + 5_000
-// How often the waiting writes look at `<db>-txid`.
-const POLL_MS = 10
 
 // Makes this server a follower of the primary at PRIMARY_API_URL: the API reads the copy, and the
 // writes go to the primary, past the same body limit as the primary's.
@@ -105,41 +104,45 @@ function rowHere(sql: string, ...ids: number[]): boolean {
   }
 }
 
-// The TXID Litestream last applied here; empty when it cannot be read.
-function position(): string {
-  try {
-    return readFileSync(files.txid, 'latin1')
-  } catch {
-    return ''
-  }
-}
-
-// Forwarded writes wait here until this copy has them. One timer reads the position for all of them,
-// and looks again at a write only when the position has moved.
-type CatchUp = { here: () => boolean; deadline: number; resolve: (caughtUp: boolean) => void }
+// Forwarded writes wait here until this copy has them. `litestream restore -f` applies what the primary
+// sent, then renames a new `<db>-txid` into place: a watch on the folder wakes the waiting writes at
+// each rename, and each looks for its row once a position is written, never on a clock (a poll every
+// 10 ms was most of a forwarded write's CPU, BENCHMARKS.md "Read replicas"). Past its deadline a
+// write looks once more and goes.
+type CatchUp = { here: () => boolean; resolve: (caughtUp: boolean) => void; timer: NodeJS.Timeout }
 const catchingUp = new Set<CatchUp>()
-let lastPosition = ''
+const TXID_NAME = basename(files.txid)
+let watching: FSWatcher | null | undefined // null: no watch could be had
 
 function caughtUp(here: () => boolean, withinMs: number): Promise<boolean> {
-  // The position is read before the first look: a move right after that look is one the timer sees.
-  // (With a timer running, its last read came before this look.)
-  if (catchingUp.size === 0) lastPosition = position()
+  // The watch is on before the first look: a position written after that look wakes this write.
+  watching ??= watchPositions()
   if (here()) return Promise.resolve(true)
   return new Promise((resolve) => {
-    if (catchingUp.add({ here, deadline: Date.now() + withinMs, resolve }).size === 1) setTimeout(pollPosition, POLL_MS)
+    const wait: CatchUp = { here, resolve, timer: setTimeout(() => settle(wait, wait.here()), withinMs) }
+    catchingUp.add(wait)
   })
 }
 
-function pollPosition() {
-  const now = position()
-  const moved = now !== lastPosition
-  lastPosition = now
-  for (const wait of catchingUp) {
-    const here = moved && wait.here()
-    if (here || Date.now() >= wait.deadline) {
-      catchingUp.delete(wait)
-      wait.resolve(here)
-    }
+function settle(wait: CatchUp, here: boolean) {
+  clearTimeout(wait.timer)
+  catchingUp.delete(wait)
+  wait.resolve(here)
+}
+
+// One watch for the process, on the folder: a watch on the file itself would stay on the inode the
+// first rename replaces.
+function watchPositions(): FSWatcher | null {
+  const failed = (error: Error) =>
+    console.error(`follower: no watch on ${files.txid} (${error.message}): forwarded writes wait out their deadline`)
+  try {
+    const watcher = watch(dirname(files.txid), { persistent: false }, (_, name) => {
+      if (name !== null && name !== TXID_NAME) return
+      for (const wait of catchingUp) if (wait.here()) settle(wait, true)
+    })
+    return watcher.on('error', (error) => (failed(error), (watching = undefined)))
+  } catch (error) {
+    failed(error as Error)
+    return null
   }
-  if (catchingUp.size) setTimeout(pollPosition, POLL_MS)
 }
