@@ -71,13 +71,13 @@ function writer(c: Context): { id: number; username: string } | Response {
 
 const app = new Hono()
 
-app.get('/feed', () => json(200, (feed.get() as JsonRow).json))
+app.get('/feed', () => json(200, (feed.get() as JsonRow)[0]))
 
 app.get('/posts/:id', (c) => {
   const id = c.req.param('id')
   if (!DECIMAL.test(id)) return json(400, '{"error":"invalid post id"}')
   const row = post.get(Number(id)) as JsonRow | undefined
-  return row ? json(200, row.json) : json(404, '{"error":"post not found"}')
+  return row ? json(200, row[0]) : json(404, '{"error":"post not found"}')
 })
 
 app.post('/posts', async (c) => {
@@ -92,7 +92,7 @@ app.post('/posts', async (c) => {
   const body = typeof input?.body === 'string' ? input.body.trim() : ''
   if (!body) return json(400, '{"error":"body is required"}')
   if (body.length > 500 && [...body].length > 500) return json(400, '{"error":"body must be at most 500 characters"}')
-  const [{ json: created }] = insertPost.all({ userId: who.id, body, author: who.username }) as JsonRow[]
+  const [{ 0: created }] = insertPost.all({ userId: who.id, body, author: who.username }) as JsonRow[]
   return json(201, created)
 })
 

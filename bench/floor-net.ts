@@ -17,12 +17,12 @@ const INVALID_ID = answer(400, '{"error":"invalid post id"}')
 // bench/floor.ts's route, with the body already read.
 function route({ method, target, fields, body }: WireRequest): WireAnswer {
   const [, first, id, last] = target.split('/')
-  if (method === 'GET' && first === 'feed' && id === undefined) return answer(200, (feed.get() as JsonRow).json)
+  if (method === 'GET' && first === 'feed' && id === undefined) return answer(200, (feed.get() as JsonRow)[0])
   if (first !== 'posts') return NOT_FOUND
   if (method === 'GET' && id !== undefined && last === undefined) {
     if (!DECIMAL.test(id)) return INVALID_ID
     const row = post.get(Number(id)) as JsonRow | undefined
-    return row ? answer(200, row.json) : POST_NOT_FOUND
+    return row ? answer(200, row[0]) : POST_NOT_FOUND
   }
   if (method !== 'POST' || (id !== undefined && last !== 'like')) return NOT_FOUND
   const authorization = fields.get('authorization')
@@ -42,7 +42,7 @@ function createPost(who: { id: number; username: string }, bytes: Buffer): WireA
   const body = typeof input?.body === 'string' ? input.body.trim() : ''
   if (!body) return answer(400, '{"error":"body is required"}')
   if (body.length > 500 && [...body].length > 500) return answer(400, '{"error":"body must be at most 500 characters"}')
-  const [{ json }] = insertPost.all({ userId: who.id, body, author: who.username }) as JsonRow[]
+  const [{ 0: json }] = insertPost.all({ userId: who.id, body, author: who.username }) as JsonRow[]
   return answer(201, json)
 }
 

@@ -8,7 +8,7 @@
 // reads it by rowid range when it can (app.ts), which is ours, not the stack's. bench/bench.test.ts
 // holds each floor to the goldens and to ours' answers, so a statement that drifts from app.ts's fails there.
 import { createHmac, timingSafeEqual } from 'node:crypto'
-import { DatabaseSync } from 'node:sqlite'
+import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { DEFAULT_SECRET } from '../harness/seed.ts'
 
 export const FEED = `
@@ -39,23 +39,29 @@ export const INSERT_POST = `
 // Inserts only when the post exists, and ignores a repeated like.
 export const INSERT_LIKE = 'INSERT OR IGNORE INTO likes (user_id, post_id) SELECT ?, id FROM posts WHERE id = ?'
 
-// The floor's one connection and its statements, each write in its own autocommit.
+// The floor's one connection and its statements, each write in its own autocommit; rows as arrays, as
+// ours reads them (node:sqlite makes an array for less than an object with the columns' names).
 export function openFloorDatabase(path: string) {
   const db = new DatabaseSync(path)
   db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL')
   return {
     db,
-    feed: db.prepare(FEED),
-    post: db.prepare(POST),
-    postExists: db.prepare(POST_EXISTS),
-    insertPost: db.prepare(INSERT_POST),
+    feed: rowsAsArrays(db.prepare(FEED)),
+    post: rowsAsArrays(db.prepare(POST)),
+    postExists: rowsAsArrays(db.prepare(POST_EXISTS)),
+    insertPost: rowsAsArrays(db.prepare(INSERT_POST)),
     insertLike: db.prepare(INSERT_LIKE),
   }
 }
 
+function rowsAsArrays(statement: StatementSync): StatementSync {
+  statement.setReturnArrays(true)
+  return statement
+}
+
 // A post id, as ours reads one: a positive decimal integer.
 export const DECIMAL = /^[1-9][0-9]*$/
-export type JsonRow = { json: string }
+export type JsonRow = { 0: string } // the one column, the JSON SQLite wrote
 const SECRET = process.env.JWT_SECRET || DEFAULT_SECRET
 
 // HS256 only, checked by hand: the signature, exp, and the claims the writes use. `authorization` is the

@@ -27,13 +27,12 @@ function answer(res: ServerResponse, status: number, body: string) {
 
 async function route(req: IncomingMessage, res: ServerResponse) {
   const [, first, id, last] = req.url!.split('/')
-  if (req.method === 'GET' && first === 'feed' && id === undefined)
-    return answer(res, 200, (feed.get() as JsonRow).json)
+  if (req.method === 'GET' && first === 'feed' && id === undefined) return answer(res, 200, (feed.get() as JsonRow)[0])
   if (first !== 'posts') return answer(res, 404, '{"error":"not found"}')
   if (req.method === 'GET' && id !== undefined && last === undefined) {
     if (!DECIMAL.test(id)) return answer(res, 400, '{"error":"invalid post id"}')
     const row = post.get(Number(id)) as JsonRow | undefined
-    return row ? answer(res, 200, row.json) : answer(res, 404, '{"error":"post not found"}')
+    return row ? answer(res, 200, row[0]) : answer(res, 404, '{"error":"post not found"}')
   }
   if (req.method !== 'POST' || (id !== undefined && last !== 'like')) return answer(res, 404, '{"error":"not found"}')
   if (!req.headers.authorization?.startsWith('Bearer ')) return answer(res, 401, '{"error":"missing bearer token"}')
@@ -52,7 +51,7 @@ async function route(req: IncomingMessage, res: ServerResponse) {
     if (!body) return answer(res, 400, '{"error":"body is required"}')
     if (body.length > 500 && [...body].length > 500)
       return answer(res, 400, '{"error":"body must be at most 500 characters"}')
-    const [{ json }] = insertPost.all({ userId: who.id, body, author: who.username }) as JsonRow[]
+    const [{ 0: json }] = insertPost.all({ userId: who.id, body, author: who.username }) as JsonRow[]
     return answer(res, 201, json)
   }
   if (!DECIMAL.test(id)) return answer(res, 400, '{"error":"invalid post id"}')
