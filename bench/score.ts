@@ -4,6 +4,8 @@
 //   npm run bench -- --score [--full] [--record] [--flags=<node flags>]
 //   npm run bench -- --score --full --confirm-from <users>   only its warm-up and confirmation, from there down
 //   npm run bench -- --score --full --resume <its log>       an interrupted run, on from its last level
+//   npm run bench -- --score --processes 1,3,5 [--users 15000] [--rounds 3] [--against-flags=<flags>]
+//                                                            the same users held by 1, 3 and 5 processes
 //   npm run bench -- --score --k6 <k6 binary>                its users generator against the real k6, at 10,000 users
 //
 // The challenge: 1,000 users for 2 minutes as a warm-up; then from 2,500 users, doubling until a level
@@ -465,6 +467,77 @@ function levelOf(at: At, { arrival, tally, wall, cpuUs, memory, server, cgroup }
   return result
 }
 
+// A limit of open files that splits `users` over `processes` (none for one: it holds them all here).
+const nofileFor = (users: number, processes: number) =>
+  processes === 1 ? undefined : Math.ceil(users / processes / 0.85) + 64
+
+// --processes: the same users held by each number of processes in turn (a lower limit of open files
+// splits them), with each set of flags given, rounds in alternating order; CPU a request against one
+// process's, each round's pair alone, and the medians.
+async function processesBench({
+  seed,
+  flagSets,
+  commit,
+  counts,
+  users,
+  rounds,
+}: {
+  seed: Seed
+  flagSets: string[][]
+  commit: string
+  counts: number[]
+  users: number
+  rounds: number
+}) {
+  const logFile = join(RESULTS, `${new Date().toISOString().replace(/[:.]/g, '-')}-${commit}-processes.log`)
+  const lengths = lengthsOf(true).search
+  const runs: { round: number; flags: string; count: number; level: Level }[] = []
+  const variants = flagSets.flatMap((flags) => counts.map((count) => ({ flags, count })))
+  for (let round = 0; round < rounds; round++) {
+    const order = round % 2 ? [...variants].reverse() : variants
+    for (const { flags, count } of order) {
+      const s: Scoring = {
+        seed,
+        flags,
+        levels: [],
+        replay: [],
+        logFile,
+        p: progress(logFile, performance.now()),
+        remaining: () => 0,
+      }
+      const held = await level(s, users, `${count} process${count > 1 ? 'es' : ''}`, lengths, nofileFor(users, count))
+      runs.push({ round, flags: flags.join(' '), count, level: held })
+    }
+  }
+  const median = (values: number[]) => values.sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]
+  console.log(`${fmt(users)} users, ${lengths.ramp} s ramp, ${lengths.hold} s hold, ${rounds} rounds; medians:`)
+  const lines = variants.map(({ flags, count }) => {
+    const mine = runs.filter((r) => r.count === count && r.flags === flags.join(' '))
+    const ratios = mine.map((r) => {
+      const one = runs.find((o) => o.round === r.round && o.flags === r.flags && o.count === counts[0])!
+      return r.level.cpu_us / one.level.cpu_us
+    })
+    const line = {
+      flags: flags.join(' '),
+      processes: count,
+      held_by: median(mine.map((r) => r.level.processes)),
+      cpu_us: median(mine.map((r) => r.level.cpu_us)),
+      p99_ms: median(mine.map((r) => r.level.p99_ms)),
+      memory_peak_mb: median(mine.map((r) => r.level.memory_peak_mb)),
+      ratio: median(ratios),
+      ratios,
+      passed: mine.every((r) => r.level.pass),
+    }
+    console.log(
+      `  ${line.flags || '(no flags)'}, ${count} process${count > 1 ? 'es' : ''} (${line.held_by} seen): ` +
+        `${fmt(line.cpu_us, 1)} us a request, ${fmt(line.ratio, 3)} x ${counts[0]}'s (rounds ${ratios.map((r) => fmt(r, 3)).join(', ')}), ` +
+        `p99 ${fmt(line.p99_ms, 1)} ms, ${fmt(line.memory_peak_mb)} MiB${line.passed ? '' : ', a hold FAILED'}`,
+    )
+    return line
+  })
+  return { users, rounds, lengths, lines, runs }
+}
+
 async function processesCost(s: Scoring, users: number, at: Level | undefined, lengths: Lengths) {
   if (!at) return undefined
   const here = at.processes
@@ -475,7 +548,7 @@ async function processesCost(s: Scoring, users: number, at: Level | undefined, l
   // needed, with a limit of files that splits the same users so.
   const same = Math.min(users, 15_000)
   const one = await level(s, same, 'one process', lengths)
-  const many = await level(s, same, `${here} processes`, lengths, Math.ceil(same / here / 0.85) + 64)
+  const many = await level(s, same, `${here} processes`, lengths, nofileFor(same, here))
   const ratio = many.cpu_us / one.cpu_us
   return {
     here,
@@ -721,6 +794,10 @@ const OPTIONS = {
   record: { type: 'boolean', default: false },
   'confirm-from': { type: 'string' },
   resume: { type: 'string' },
+  processes: { type: 'string' },
+  users: { type: 'string', default: '15000' },
+  rounds: { type: 'string', default: '3' },
+  'against-flags': { type: 'string' },
   k6: { type: 'string' },
   flags: { type: 'string' },
 } as const
@@ -740,6 +817,21 @@ export async function main(argv: string[]) {
     return
   }
   const commit = commitOf(ROOT)
+  if (args.processes) {
+    const flagSets =
+      args['against-flags'] === undefined ? [flags] : [flags, args['against-flags'].split(' ').filter(Boolean)]
+    const counts = args.processes.split(',').map(Number)
+    const result = await processesBench({
+      seed,
+      flagSets,
+      commit,
+      counts,
+      users: Number(args.users),
+      rounds: Number(args.rounds),
+    })
+    writeFileSync(resultsFile(commit, 'processes'), JSON.stringify(result, null, 2))
+    return
+  }
   const estimate = await estimateOf(seed, flags, commit)
   const result = await scoreBench({ seed, flags, full: args.full, estimate, commit, confirmFrom, resume: args.resume })
   const file = resultsFile(commit, 'score')
