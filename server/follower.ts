@@ -106,13 +106,16 @@ function rowHere(sql: string, ...ids: number[]): boolean {
 
 // Forwarded writes wait here until this copy has them. `litestream restore -f` applies what the primary
 // sent, then renames a new `<db>-txid` into place: a watch on the folder wakes the waiting writes at
-// each rename, and each looks for its row once a position is written, never on a clock (a poll every
-// 10 ms was most of a forwarded write's CPU, BENCHMARKS.md "Read replicas"). Past its deadline a
-// write looks once more and goes.
+// each rename, and each looks for its row then (a poll of the position every 10 ms was most of a
+// forwarded write's CPU, BENCHMARKS.md "The whole search"). While any waits they also look every 250 ms,
+// so that a watch that misses an event (inotify drops them when its queue overflows) or cannot be had
+// costs at most that. Past its deadline a write looks once more and goes.
+const LOOK_AGAIN_MS = 250
 type CatchUp = { here: () => boolean; resolve: (caughtUp: boolean) => void; timer: NodeJS.Timeout }
 const catchingUp = new Set<CatchUp>()
 const TXID_NAME = basename(files.txid)
 let watching: FSWatcher | null | undefined // null: no watch could be had
+let lookingAgain: NodeJS.Timeout | undefined
 
 function caughtUp(here: () => boolean, withinMs: number): Promise<boolean> {
   // The watch is on before the first look: a position written after that look wakes this write.
@@ -121,12 +124,21 @@ function caughtUp(here: () => boolean, withinMs: number): Promise<boolean> {
   return new Promise((resolve) => {
     const wait: CatchUp = { here, resolve, timer: setTimeout(() => settle(wait, wait.here()), withinMs) }
     catchingUp.add(wait)
+    lookingAgain ??= setInterval(lookAll, LOOK_AGAIN_MS)
   })
+}
+
+function lookAll() {
+  for (const wait of catchingUp) if (wait.here()) settle(wait, true)
 }
 
 function settle(wait: CatchUp, here: boolean) {
   clearTimeout(wait.timer)
   catchingUp.delete(wait)
+  if (catchingUp.size === 0) {
+    clearInterval(lookingAgain)
+    lookingAgain = undefined
+  }
   wait.resolve(here)
 }
 
@@ -134,11 +146,12 @@ function settle(wait: CatchUp, here: boolean) {
 // first rename replaces.
 function watchPositions(): FSWatcher | null {
   const failed = (error: Error) =>
-    console.error(`follower: no watch on ${files.txid} (${error.message}): forwarded writes wait out their deadline`)
+    console.error(
+      `follower: no watch on ${files.txid} (${error.message}): forwarded writes look every ${LOOK_AGAIN_MS} ms`,
+    )
   try {
     const watcher = watch(dirname(files.txid), { persistent: false }, (_, name) => {
-      if (name !== null && name !== TXID_NAME) return
-      for (const wait of catchingUp) if (wait.here()) settle(wait, true)
+      if (name === null || name === TXID_NAME) lookAll()
     })
     return watcher.on('error', (error) => (failed(error), (watching = undefined)))
   } catch (error) {
