@@ -26,7 +26,7 @@ const MAX_BODY_CHARS = 500
 
 // The statements, each prepared once on the connection (connect). A read answers with one column: the
 // body SQLite wrote. Rows come as arrays, which node:sqlite makes for less than objects with the
-// columns' names (BENCHMARKS.md, "Rows as arrays").
+// columns' names (BENCHMARKS.md, "Counted: rows as arrays").
 //
 // The feed as the contract writes it: the 20 newest posts, each with its author and like count, read by
 // rowid range when their ids are contiguous, as new posts' are: half the B-tree descents of reading

@@ -107,9 +107,9 @@ function rowHere(sql: string, ...ids: number[]): boolean {
 // Forwarded writes wait here until this copy has them. `litestream restore -f` applies what the primary
 // sent, then renames a new `<db>-txid` into place: a watch on the folder wakes the waiting writes at
 // each rename, and each looks for its row then (a poll of the position every 10 ms was most of a
-// forwarded write's CPU, BENCHMARKS.md "The whole search"). While any waits they also look every 250 ms,
-// so that a watch that misses an event (inotify drops them when its queue overflows) or cannot be had
-// costs at most that. Past its deadline a write looks once more and goes.
+// forwarded write's CPU: BENCHMARKS.md, "A follower's writes, woken by a watch"). While any waits they
+// also look every 250 ms, so that a watch that misses an event (inotify drops them when its queue
+// overflows) or cannot be had costs at most that. Past its deadline a write looks once more and goes.
 const LOOK_AGAIN_MS = 250
 type CatchUp = { here: () => boolean; resolve: (caughtUp: boolean) => void; timer: NodeJS.Timeout }
 const catchingUp = new Set<CatchUp>()
@@ -153,7 +153,11 @@ function watchPositions(): FSWatcher | null {
     const watcher = watch(dirname(files.txid), { persistent: false }, (_, name) => {
       if (name === null || name === TXID_NAME) lookAll()
     })
-    return watcher.on('error', (error) => (failed(error), (watching = undefined)))
+    watcher.on('error', (error) => {
+      failed(error)
+      watching = undefined // the next forwarded write watches again
+    })
+    return watcher
   } catch (error) {
     failed(error as Error)
     return null
