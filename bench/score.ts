@@ -511,7 +511,11 @@ async function processesBench({
       runs.push({ round, flags: flags.join(' '), count, level: held })
     }
   }
-  const median = (values: number[]) => values.sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)]
+  const median = (values: number[]) => {
+    const sorted = [...values].sort((a, b) => a - b)
+    const middle = (sorted.length - 1) / 2
+    return (sorted[Math.floor(middle)] + sorted[Math.ceil(middle)]) / 2
+  }
   console.log(`${fmt(users)} users, ${lengths.ramp} s ramp, ${lengths.hold} s hold, ${rounds} rounds; medians:`)
   const lines = variants.map(({ flags, count }) => {
     const mine = runs.filter((r) => r.count === count && r.flags === flags.join(' '))
