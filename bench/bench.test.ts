@@ -14,7 +14,7 @@ import { freshSeededCopy } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
 import { ROOT } from '../harness/tools.ts'
 import { countSyscalls } from './lib.ts'
-import { k6Percentile, levelsOfLog, limitOf, type Scoring, search } from './score.ts'
+import { confirm, k6Percentile, levelsOfLog, limitOf, type Scoring, search } from './score.ts'
 import { send, sequence } from './sequence.ts'
 
 const hasWrk = spawnSync('which', ['wrk']).status === 0
@@ -187,6 +187,23 @@ describe('bench/score.ts', () => {
     assert.throws(() => levelsOfLog(log, { ...run, commit: 'def5678' }), /is a run of .*abc1234/)
     const reordered = scoring([taken[1], ...taken.slice(1)])
     await assert.rejects(search(reordered, { full: true, lengths, expected: 2500 }), /next level is search at 5000/)
+  })
+
+  test('confirms by 5-minute holds: steps down doubling until one holds, then halves the bracket', async () => {
+    const holds = (users: number) => users <= 7100
+    const asked = [8000, 7750, 7250, 6250, 6750, 7000]
+    const replay = asked.map((users) => ({ users, phase: 'confirmation', pass: holds(users) }))
+    const s = { levels: [], replay, remaining: () => 0 } as unknown as Scoring
+    const lengths = { warmup: { ramp: 1, hold: 1 }, search: { ramp: 1, hold: 1 }, confirm: { ramp: 1, hold: 300 } }
+    const { score, confirmed } = await confirm(s, { from: 8000, resolution: 250, lengths })
+    assert.deepEqual([score, confirmed?.users, s.replay.length], [7000, 7000, 0])
+    const none = {
+      levels: [],
+      replay: [2500, 2250, 1750, 750].map((users) => ({ users, phase: 'confirmation', pass: false })),
+      remaining: () => 0,
+    } as unknown as Scoring
+    const nothing = await confirm(none, { from: 2500, resolution: 250, lengths })
+    assert.deepEqual([nothing.score, nothing.confirmed?.users, nothing.confirmed?.pass], [0, 750, false])
   })
 })
 
