@@ -3,8 +3,10 @@
 // bench/users.ts: a request line, header fields, a body framed by a Content-Length, keep-alive), and an
 // answer in one write, with the headers ours sends, in the order node:http writes them (bench/floor.ts's
 // bytes, the Date aside). What it cannot read gets node:http's 400 and a close. No idle timeout, no
-// chunked bodies, no limits but the sizes below: it is a benchmark's floor, not a server.
+// chunked bodies, no limits but the sizes below: it is a benchmark's floor, not a server. Its reads land
+// in one buffer, as ours do (server/read-buffer.ts).
 import { createServer, type Socket } from 'node:net'
+import { readIntoOneBuffer } from '../server/read-buffer.ts'
 
 export type WireRequest = { method: string; target: string; fields: Map<string, string>; body: Buffer }
 export type WireAnswer = { status: number; body: string }
@@ -24,6 +26,7 @@ const REASONS: Record<number, string> = {
 const JSON_FIELDS = 'content-type: application/json\r\nx-content-type-options: nosniff\r\ncache-control: no-store\r\n'
 const MALFORMED = 'HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n'
 const FAILED: WireAnswer = { status: 500, body: '{"error":"internal server error"}' }
+const EMPTY = Buffer.alloc(0)
 
 // The Date field, made once a second as node:http makes it: kept until the next second begins.
 let date = ''
@@ -67,7 +70,9 @@ function parse(bytes: Buffer): Parsed | 'more' | 'malformed' {
   if (bytes.length < length) return 'more'
   const connection = fields.get('connection')?.toLowerCase()
   const keepAlive = version === 'HTTP/1.1' ? connection !== 'close' : connection === 'keep-alive'
-  return { request: { method, target, fields, body: bytes.subarray(end + 4, length) }, keepAlive, length }
+  // A copy of the body: the handler may read it after the bytes' memory is reused.
+  const body = length > end + 4 ? Buffer.from(bytes.subarray(end + 4, length)) : EMPTY
+  return { request: { method, target, fields, body }, keepAlive, length }
 }
 
 // One write: the status line, ours' fields, and the body.
@@ -119,11 +124,17 @@ function serveConnection(socket: Socket, handle: Handler) {
       }
     }
   }
-  socket.on('data', (chunk: Buffer) => {
+  const received = (chunk: Buffer) => {
     if (closed) return // after the last answer it will give: nothing more is read
     pending = pending ? Buffer.concat([pending, chunk]) : chunk
     next()
-  })
+  }
+  // A read in the one buffer is the next read's memory: what is left of it is copied.
+  const lent = (length: number, read: Buffer) => {
+    received(read.subarray(0, length))
+    if (pending?.buffer === read.buffer) pending = Buffer.from(pending)
+  }
+  if (!readIntoOneBuffer(socket, lent)) socket.on('data', received)
   socket.on('error', () => {}) // a client gone: nobody to answer
 }
 

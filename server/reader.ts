@@ -3,7 +3,8 @@
 // holds one a connection and hands it each read; like server/http1.ts, whose reading it drives, it does
 // no I/O, so that the tests can feed it a read at a time. What it keeps is bounded whatever comes: the
 // head being read (32 KB, with the empty lines before it), a body (maxBodyBytes, and 8 KB of chunked
-// framing) and the read that brought them; no byte is looked at again in a later read.
+// framing) and the read that brought them; no byte is looked at again in a later read. A read may be
+// lent (server/read-buffer.ts: memory the next read reuses): what is left of it is copied at release().
 import { CHUNKED, ChunkedBody, readHead, type Head, type HeadProgress, type Refusal } from './http1.ts'
 
 export type ReadRequest = { head: Head; body: Buffer | null }
@@ -11,6 +12,7 @@ export type ReadRequest = { head: Head; body: Buffer | null }
 export class RequestReader implements HeadProgress {
   bytes: Buffer | undefined // what has come and is not yet used, up to `end`
   end = 0
+  lent = false // `bytes` is a lent read, the caller's again at release()
   // The request being read: HeadProgress, for its head,
   start = 0
   skipped = 0
@@ -38,31 +40,47 @@ export class RequestReader implements HeadProgress {
 
   // The bytes kept that are still to be read.
   get held(): number {
-    return this.end - (this.head === undefined ? this.start : this.bodyAt)
+    return this.end - this.#kept()
   }
 
   // A read. Kept as it is when nothing else is; else appended, after what is still to be read.
-  push(chunk: Buffer) {
+  push(chunk: Buffer, lent = false) {
     if (this.bytes === undefined) {
       this.bytes = chunk
       this.end = chunk.length
+      this.lent = lent
       return
     }
-    const keep = this.head === undefined ? this.start : this.bodyAt
-    const needed = this.end - keep + chunk.length
-    if (keep > 0 || needed > this.bytes.length) {
-      // A new buffer: what a handler may still hold of the old one (a body) is left as it is.
-      const grown = Buffer.allocUnsafe(Math.max(1024, needed + Math.min(needed, 8192)))
-      this.bytes.copy(grown, 0, keep, this.end)
-      this.bytes = grown
-      this.end -= keep
-      this.start -= keep
-      this.line -= keep
-      this.scanned -= keep
-      this.bodyAt -= keep
-    }
+    const needed = this.end - this.#kept() + chunk.length
+    if (this.#kept() > 0 || needed > this.bytes.length) this.#moveTo(needed)
     chunk.copy(this.bytes, this.end)
     this.end += chunk.length
+  }
+
+  // A lent read is the caller's again: what is still to be read of it gets a buffer of its own.
+  release() {
+    if (!this.lent) return
+    this.lent = false
+    if (this.bytes !== undefined) this.#moveTo(this.end - this.#kept())
+  }
+
+  // Where what is still to be read starts.
+  #kept(): number {
+    return this.head === undefined ? this.start : this.bodyAt
+  }
+
+  // What is still to be read, in a new buffer with room for `needed` bytes and more: what a handler may
+  // still hold of the old one (a body) is left as it is.
+  #moveTo(needed: number) {
+    const keep = this.#kept()
+    const moved = Buffer.allocUnsafe(Math.max(1024, needed + Math.min(needed, 8192)))
+    this.bytes!.copy(moved, 0, keep, this.end)
+    this.bytes = moved
+    this.end -= keep
+    this.start -= keep
+    this.line -= keep
+    this.scanned -= keep
+    this.bodyAt -= keep
   }
 
   // The next request's head, once it has all come; undefined until then.
@@ -91,6 +109,7 @@ export class RequestReader implements HeadProgress {
       next = this.bodyAt + head.bodyLength
       if (this.end < next) return undefined
       body = this.bytes!.subarray(this.bodyAt, next)
+      if (this.lent) body = Buffer.from(body) // the handler may read it after the read's memory is reused
     }
     this.#next(next)
     return { head, body }

@@ -2,10 +2,11 @@
 // (server/reader.ts, server/http1.ts), handed to the fetch handler as a light Request (server/web.ts),
 // and answered in one write. node:http costs about a quarter of a lone request's CPU and half of an idle
 // connection's memory (BENCHMARKS.md, "The wire"); here an idle connection is its socket, a few fields
-// and an empty reader, the bytes of a request are held only while it is split across packets, and one
-// timer a second keeps every time limit.
+// and an empty reader, every read lands in one buffer (server/read-buffer.ts), the bytes of a request
+// are held only while it is split across packets, and one timer a second keeps every time limit.
 import { createServer, type Socket } from 'node:net'
 import { CHUNKED, MAX_HEAD_BYTES, type Head } from './http1.ts'
+import { readIntoOneBuffer } from './read-buffer.ts'
 import { RequestReader, type ReadRequest } from './reader.ts'
 import { answerOf, CONTINUE, rawError } from './responses.ts'
 import { IncomingRequest, useGivenResponses } from './web.ts'
@@ -41,11 +42,14 @@ const CONNECTION = Symbol('the wire connection')
 type Wired = Socket & { [CONNECTION]: Connection }
 let answers = 0 // answers given by this process, to order connections by their last
 
-export function createWireServer(fetch: Fetch, maxBodyBytes: number): ApiServer {
+// oneReadBuffer false reads every connection as 'data' events, as a Node without the one read buffer
+// does (server/read-buffer.ts): for the tests of that way.
+export function createWireServer(fetch: Fetch, maxBodyBytes: number, { oneReadBuffer = true } = {}): ApiServer {
   useGivenResponses()
   const served: Served = {
     fetch,
     maxBodyBytes,
+    oneReadBuffer,
     // Read ahead of the request being answered past a head and a body, reading waits for the answer.
     maxReadAhead: MAX_HEAD_BYTES + maxBodyBytes,
     connections: new Set(),
@@ -78,6 +82,7 @@ export function createWireServer(fetch: Fetch, maxBodyBytes: number): ApiServer 
 type Served = {
   fetch: Fetch
   maxBodyBytes: number
+  oneReadBuffer: boolean
   maxReadAhead: number
   connections: Set<Connection>
   admitted: number
@@ -114,12 +119,14 @@ class Connection {
     this.served = served
     this.reader = new RequestReader(served.maxBodyBytes)
     socket[CONNECTION] = this
-    socket.on('data', onData).on('end', onEnd).on('error', onError).on('close', onClose)
+    if (!(served.oneReadBuffer && readIntoOneBuffer(socket, onRead))) socket.on('data', onData)
+    socket.on('end', onEnd).on('error', onError).on('close', onClose)
   }
 
-  received(chunk: Buffer) {
+  // A read: lent when it is in the one read buffer, which the next read reuses.
+  received(chunk: Buffer, lent: boolean) {
     if (this.state === CLOSING) return
-    this.reader.push(chunk)
+    this.reader.push(chunk, lent)
     this.taken = 0
     if (this.state === ANSWERING) {
       if (this.reader.held > this.served.maxReadAhead) ((this.paused = true), this.socket.pause())
@@ -351,11 +358,21 @@ function drained(socket: Socket): Promise<void> {
 // Whatever goes wrong reading a connection ends that connection, never the process.
 function onData(this: Wired, chunk: Buffer) {
   try {
-    this[CONNECTION].received(chunk)
+    this[CONNECTION].received(chunk, false)
   } catch (error) {
     console.error(error)
     this.destroy()
   }
+}
+function onRead(this: Socket, length: number, read: Buffer) {
+  const connection = (this as Wired)[CONNECTION]
+  try {
+    connection.received(read.subarray(0, length), true)
+  } catch (error) {
+    console.error(error)
+    this.destroy()
+  }
+  connection.reader.release()
 }
 
 // A URL's path: after its authority, up to its query.

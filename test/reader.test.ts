@@ -163,3 +163,48 @@ describe('what a reader keeps is bounded, and past a limit it refuses', () => {
     assert.ok(reader.idle)
   })
 })
+
+// Every request in the bytes, fed `size` bytes a read, as wire.ts does: each read lent in one buffer
+// (server/read-buffer.ts), released, and the buffer overwritten before the next read; or each read a
+// buffer of its own. What was read must be the same either way.
+function readAll(bytes: Buffer, size: number, lent: boolean): string[] {
+  const reader = new RequestReader(MAX_BODY_BYTES)
+  const shared = Buffer.alloc(size)
+  const requests: ReadRequest[] = []
+  for (let at = 0; at < bytes.length; at += size) {
+    const read = lent ? shared.subarray(0, bytes.copy(shared, 0, at, at + size)) : bytes.subarray(at, at + size)
+    reader.push(read, lent)
+    for (;;) {
+      if (reader.bytes === undefined || (reader.head === undefined && reader.readHead() === undefined)) break
+      const request = reader.readBody()
+      if (request === undefined) break
+      assert.ok(!('status' in request), JSON.stringify(request))
+      requests.push(request)
+    }
+    reader.release()
+    shared.fill('X')
+    assert.ok(reader.bytes === undefined || reader.bytes.buffer !== shared.buffer, 'nothing of the lent read is kept')
+  }
+  assert.ok(reader.idle, 'every request was read')
+  return requests.map(({ head, body }) => `${head.method} ${head.url} ${head.fields.join('|')} ${body?.toString()}`)
+}
+
+describe('a lent read (one buffer for every read): nothing read from it changes when it is reused', () => {
+  const body = (n: number) => `{"body":"${'b'.repeat(n)}"}`
+  const post = (text: string) => `${head(`Content-Length: ${text.length}\r\n\r\n`)}${text}`
+  const get = (path: string) => `GET ${path} HTTP/1.1\r\nHost: t\r\n\r\n`
+  const pipelined = plain(`${get('/feed')}${post(body(30))}${get('/posts/7')}${post(body(700))}${get('/health')}`)
+  for (const size of [1, 7, 64, 1000, pipelined.length]) {
+    test(`five pipelined requests, two with bodies, read ${size} bytes at a time`, () => {
+      const read = readAll(pipelined, size, true)
+      assert.equal(read.length, 5)
+      assert.deepEqual(read, readAll(pipelined, size, false))
+      assert.match(read[3], new RegExp(`${body(700)}$`))
+    })
+  }
+  test('a chunked body across lent reads', () => {
+    const bytes = chunked(`5\r\nabcde\r\n${'a'.repeat(16).length.toString(16)}\r\n${'a'.repeat(16)}\r\n`)
+    assert.deepEqual(readAll(bytes, 9, true), readAll(bytes, 9, false))
+    assert.match(readAll(bytes, 9, true)[0], /abcdea{16}$/)
+  })
+})

@@ -3,11 +3,12 @@
 // reads and closes connections, over raw TCP. The API over it: test/http.test.ts and the contract tests.
 import assert from 'node:assert/strict'
 import { once } from 'node:events'
-import { connect, type AddressInfo, type Socket } from 'node:net'
+import { connect, createServer, type AddressInfo, type Socket } from 'node:net'
 import { after, before, describe, test } from 'node:test'
 import { Hono } from 'hono'
 import { exchange } from '../harness/client.ts'
 import { sleep, until, within } from '../harness/time.ts'
+import { readIntoOneBuffer } from '../server/read-buffer.ts'
 import { createWireServer } from '../server/wire.ts'
 
 let slowStarted = 0 // requests that reached /slow's handler
@@ -37,6 +38,8 @@ const FROZEN_BAD = Object.freeze({ 'x-bad': 'a\r\nset-cookie: b' })
 app.get('/frozen', () => new Response('x', { headers: FROZEN }))
 app.get('/frozen-bad', () => new Response('x', { headers: FROZEN_BAD }))
 app.post('/echo', async (c) => c.text(await c.req.text()))
+// Reads its body only after other connections' reads have come in the one read buffer.
+app.post('/late-echo', async (c) => (await sleep(200), c.text(await c.req.text())))
 app.post('/form', async (c) => c.json(Object.fromEntries(await c.req.formData())))
 app.get(
   '/slow',
@@ -146,7 +149,25 @@ describe('answers', () => {
   })
 })
 
-describe('requests', () => {
+// The same requests, read in the one read buffer and as 'data' events.
+function requests() {
+  test('every read lands in one buffer, and a body read late is the one sent', async () => {
+    const late = conversation([
+      'POST /late-echo HTTP/1.1\r\nHost: t\r\nContent-Length: 14\r\nConnection: close\r\n\r\nfirst-body-abc',
+    ])
+    await sleep(50)
+    const others = await Promise.all(
+      Array.from({ length: 5 }, () =>
+        exchange(
+          port,
+          'POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 14\r\nConnection: close\r\n\r\nZZZZZZZZZZZZZZ',
+        ),
+      ),
+    )
+    for (const other of others) assert.equal(other.body, 'ZZZZZZZZZZZZZZ')
+    assert.match((await late).text, /\r\n\r\nfirst-body-abc$/)
+  })
+
   test('a request written a byte at a time is read', async () => {
     const request = 'POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello'
     const { text } = await conversation([...request], { gapMs: 1 })
@@ -233,5 +254,41 @@ describe('requests', () => {
       halfClose: true,
     })
     assert.equal(answer.status, 400)
+  })
+}
+
+describe('requests', requests)
+
+describe("requests, read as 'data' events (a Node without the one read buffer)", () => {
+  const asData = createWireServer(app.fetch, 16 * 1024, { oneReadBuffer: false })
+  let oneBufferPort = 0
+  before(async () => {
+    await once(asData.server.listen(0, '127.0.0.1'), 'listening')
+    ;[oneBufferPort, port] = [port, (asData.server.address() as AddressInfo).port]
+  })
+  after(() => {
+    port = oneBufferPort
+    asData.server.close()
+  })
+  requests()
+})
+
+describe('the one read buffer', () => {
+  test("this Node's accepted sockets read into the one buffer", async () => {
+    const reads: string[] = []
+    const server = createServer((socket) => {
+      assert.equal(
+        readIntoOneBuffer(socket, (length, read) => void reads.push(read.toString('latin1', 0, length))),
+        true,
+      )
+      socket.on('end', () => socket.end())
+    })
+    await once(server.listen(0, '127.0.0.1'), 'listening')
+    const client = connect((server.address() as AddressInfo).port, '127.0.0.1')
+    await once(client, 'connect')
+    client.end('hello')
+    await within(once(client, 'close'), 3_000, 'the server to close')
+    server.close()
+    assert.deepEqual(reads, ['hello'])
   })
 })
