@@ -192,7 +192,7 @@ function parsePostId(param: string): number {
 }
 
 // The user a request's `Authorization: Bearer <jwt>` names.
-type User = { id: number; username: string }
+export type User = { id: number; username: string }
 
 export function authenticate(authorization: string | undefined): User {
   if (!authorization?.startsWith('Bearer ')) throw new ApiError(401, 'missing bearer token')
@@ -242,6 +242,16 @@ function verifiedClaims(token: string): Record<string, unknown> | undefined {
   if (!passed(claims.nbf) || !passed(claims.iat)) return undefined
   if (typeof claims.exp !== 'number' || !Number.isFinite(claims.exp) || claims.exp <= now) return undefined
   return claims
+}
+
+// A token the checks above take: HS256, the user's id as `sub` and its name, good for `seconds`. For a
+// database of your own, which has no tokens yet (token.ts); the challenge's seed writes its users'.
+export function signToken(user: User, seconds: number): string {
+  const now = Math.floor(Date.now() / 1000)
+  const part = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url')
+  const claims = { sub: String(user.id), username: user.username, iat: now, exp: now + seconds }
+  const unsigned = `${part({ alg: 'HS256', typ: 'JWT' })}.${part(claims)}`
+  return `${unsigned}.${createHmac('sha256', jwtKey).update(unsigned).digest('base64url')}`
 }
 
 const utf8 = new TextDecoder('utf-8', { fatal: true })
@@ -489,8 +499,8 @@ export function openDatabase(): boolean {
     const db = new DatabaseSync(SQLITE_PATH)
     db.exec(schema)
     db.close()
-    console.log(
-      `created ${SQLITE_PATH} with empty tables; for the challenge data stop the server and run: npm run seed -- --force ${SQLITE_PATH}`,
+    console.error(
+      `created ${SQLITE_PATH} with empty tables; a user and a token to post with: node --experimental-import-text token.ts <username>`,
     )
   }
   try {

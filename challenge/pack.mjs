@@ -20,6 +20,8 @@ const FILES = {
     'random.ts',
     'start.ts',
     'schema.sql',
+    'token.ts',
+    'LICENSE',
   ],
 }
 

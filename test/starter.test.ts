@@ -13,15 +13,18 @@ import { ROOT } from '../harness/tools.ts'
 import { contractTests } from './contract.ts'
 import { post } from './helpers.ts'
 
-// The section's first sh block, with this checkout where it names the repository's folder.
-function starterCommands(): string[] {
-  const section = readFileSync(join(ROOT, 'README.md'), 'utf8').split('\n## Use `app.ts` as a starter\n')[1]
-  const block = /```sh\n([\s\S]*?)```/.exec(section ?? '')?.[1]
-  assert.ok(block, 'README.md has the section, with its commands')
-  return block
-    .trim()
-    .split('\n')
-    .map((line) => line.replaceAll('../twelve-dollar-feed/', `${ROOT}/`))
+// The section's blocks: its sh blocks' lines, with this checkout where they name the repository's
+// folder, and the output it shows.
+function starterSection(): { commands: string[]; write: string[]; shown: string } {
+  const section = readFileSync(join(ROOT, 'README.md'), 'utf8').split('\n## Use `app.ts` as a starter\n')[1] ?? ''
+  const blocks = [...section.split('\n## ')[0].matchAll(/```(sh|json)\n([\s\S]*?)```/g)].map(([, , text]) =>
+    text
+      .trim()
+      .split('\n')
+      .map((line) => line.replaceAll('../twelve-dollar-feed/', `${ROOT}/`)),
+  )
+  assert.equal(blocks.length, 3, 'README.md has the section: its commands, the write, and its answer')
+  return { commands: blocks[0], write: blocks[1], shown: blocks[2].join('\n') }
 }
 
 // The files the section's cp line copies into the folder.
@@ -46,7 +49,7 @@ describe('app.ts as a starter, copied as the README says', { timeout: 180_000 },
     npm_config_fund: 'false',
     npm_config_update_notifier: 'false',
   }
-  const commands = starterCommands()
+  const { commands, write, shown } = starterSection()
   let server: Server
 
   before(async () => {
@@ -103,6 +106,22 @@ describe('app.ts as a starter, copied as the README says', { timeout: 180_000 },
   })
 
   contractTests(() => ({ url: server.url, tokens: db.tokens }))
+
+  // After the contract's tests, whose goldens are the seed's feed.
+  test("token.ts makes a user and a token, and the README's curl posts with it", () => {
+    // The section's second block as written, with the server's port for 3000.
+    const run = spawnSync('bash', ['-euc', write.join('\n').replaceAll('localhost:3000', server.url.slice(7))], {
+      cwd: join(folder, commands[0].split(' ')[1]),
+      env: { ...env, SQLITE_PATH: db.path, JWT_SECRET: DEFAULT_SECRET },
+      encoding: 'utf8',
+      timeout: 30_000,
+    })
+    assert.equal(run.status, 0, run.stderr)
+    // The answer shown, but for the id and the time, which differ on a seeded database.
+    const [post, answer] = [shown, run.stdout].map((text) => JSON.parse(text).post)
+    assert.ok(Number.isSafeInteger(answer.id) && answer.id > 0 && !Number.isNaN(Date.parse(answer.created_at)))
+    assert.deepEqual({ ...answer, id: 0, created_at: '' }, { ...post, id: 0, created_at: '' })
+  })
 
   test('SIGTERM stops it with exit 0', async () => {
     assert.equal(await within(server.stop('SIGTERM'), 15_000, 'the server to exit on SIGTERM'), 0)
