@@ -9,6 +9,7 @@
 import { serve, type HttpBindings } from '@hono/node-server'
 import { Hono, type Context, type Next } from 'hono'
 import { bodyLimit } from 'hono/body-limit'
+import { cors } from 'hono/cors'
 import { createHmac, createSecretKey, timingSafeEqual } from 'node:crypto'
 import { accessSync, constants, existsSync, mkdirSync, statfsSync } from 'node:fs'
 import { dirname } from 'node:path'
@@ -23,6 +24,14 @@ export const PORT = Number(process.env.PORT || 3000)
 export const BUSY_TIMEOUT_MS = Number(process.env.BUSY_TIMEOUT_MS || 5_000)
 export const MAX_BODY_BYTES = 16 * 1024
 const MAX_BODY_CHARS = 500
+// Idle keep-alive connections stay open 65 s, as the contract asks: longer than any proxy's idle
+// timeout, so that a proxy never reuses one just closed. Defined here, where the starter serves with it;
+// server/ serves with the same.
+export const KEEP_ALIVE_MS = 65_000
+// Off unless set, and then not in a request's path at all: the origins a browser front end may call the
+// API from (comma-separated), and a line on stdout for every request the API answers.
+const CORS_ORIGIN = process.env.CORS_ORIGIN || ''
+const ACCESS_LOG = process.env.ACCESS_LOG === '1'
 
 // The statements, each prepared once on the connection (connect). A read answers with one column: the
 // body SQLite wrote. Rows come as arrays, which node:sqlite makes for less than objects with the
@@ -72,6 +81,12 @@ const startedAt = Date.now()
 type Env = { Bindings: Partial<HttpBindings> }
 export const app = new Hono<Env>()
 
+if (ACCESS_LOG) app.use(accessLog)
+if (CORS_ORIGIN) {
+  const origin = CORS_ORIGIN.split(',').map((o) => o.trim())
+  app.use(cors({ origin, allowMethods: ['GET', 'POST'], allowHeaders: ['Authorization', 'Content-Type'], maxAge: 600 }))
+}
+
 app.get('/health', async () => {
   const problem = await probeDatabase()
   if (problem) return jsonResponse(503, JSON.stringify({ status: 'degraded', db: 'unreachable', error: problem }))
@@ -112,9 +127,12 @@ app.post('/posts/:id/like', limitBody, async (c) => {
   )
 })
 
-// A known path with another method is a 405 that names the methods it takes.
+// A known path with another method is a 405 that names the methods it takes (a route, not the
+// middleware every path has).
 app.notFound((c) => {
-  const allowed = ['GET', 'POST'].filter((method) => app.router.match(method, c.req.path)[0].length > 0)
+  const routed = (method: string) =>
+    app.router.match(method, c.req.path)[0].some(([[, route]]) => route.method !== 'ALL')
+  const allowed = ['GET', 'POST'].filter(routed)
   if (allowed.length === 0) return errorResponse(404, 'not found')
   return errorResponse(405, 'method not allowed', { allow: allowed.join(', ') })
 })
@@ -179,6 +197,18 @@ export const BODY_TOO_LARGE = 'request body must be at most 16 KB'
 // The rest of the body is never read, so the connection cannot be reused.
 function refuseBody(): never {
   throw new ApiError(413, BODY_TOO_LARGE, { connection: 'close' })
+}
+
+// ACCESS_LOG=1: the method, the path as it came (never decoded, so never a line break; never the query,
+// never a header), the status and the milliseconds.
+async function accessLog(c: Context<Env>, next: Next) {
+  const started = performance.now()
+  await next()
+  const { url } = c.req
+  const start = url.indexOf('/', url.indexOf('//') + 2)
+  const query = url.indexOf('?', start)
+  const path = url.slice(start, query < 0 ? undefined : query)
+  console.log(`${c.req.method} ${path} ${c.res.status} ${(performance.now() - started).toFixed(1)}ms`)
 }
 
 // A post id is a positive decimal integer. Past 2^53 it is well formed but names no post here.
@@ -512,12 +542,11 @@ export function openDatabase(): boolean {
   }
 }
 
-// Run as a script, the API serves itself. Idle connections stay open 65 s, as the contract asks: longer
-// than any proxy's idle timeout. On SIGTERM or SIGINT it finishes the requests in flight, closes the
-// database and exits 0.
+// Run as a script, the API serves itself, idle connections kept KEEP_ALIVE_MS. On SIGTERM or SIGINT it
+// finishes the requests in flight, closes the database and exits 0.
 if (import.meta.main) {
   openDatabase()
-  const options = { fetch: app.fetch, hostname: HOST, port: PORT, serverOptions: { keepAliveTimeout: 65_000 } }
+  const options = { fetch: app.fetch, hostname: HOST, port: PORT, serverOptions: { keepAliveTimeout: KEEP_ALIVE_MS } }
   const server = serve(options, ({ address, port }) => console.log(`listening on http://${address}:${port}`))
   const stop = () =>
     server.close(() => {

@@ -1,10 +1,13 @@
 // What the API's two HTTP servers promise alike, so that the processes and the memory guard work with
-// either: server/wire.ts on node:net (the default) and server/serve.ts on node:http with
+// either: server/wire.ts on node:net (the default) and server/node-server.ts on node:http with
 // @hono/node-server (HTTP_SERVER=node-server). Both keep the same limits and answer in the same JSON
 // error shape.
 import type { HttpBindings } from '@hono/node-server'
 import type { Server, Socket } from 'node:net'
 import { BODY_TOO_LARGE } from '../app.ts'
+
+// The keep-alive is app.ts's, whose starter serves with it too.
+export { KEEP_ALIVE_MS } from '../app.ts'
 
 // What the API answers with: app.fetch, or what wraps it (server/primary.ts, server/follower.ts). Over
 // node:http a request comes with Node's own request and response objects; over node:net with none.
@@ -24,9 +27,7 @@ export interface ApiServer {
   drain(drained: () => void): void
 }
 
-// Idle keep-alive connections stay open 65 s, longer than any proxy's idle timeout, so that a proxy
-// never reuses one just closed. A client has 10 s to send a request's head and 30 s for all of it.
-export const KEEP_ALIVE_MS = 65_000
+// A client has 10 s to send a request's head and 30 s for all of it.
 export const HEADERS_TIMEOUT_MS = 10_000
 export const REQUEST_TIMEOUT_MS = 30_000
 export const DRAIN_MS = 10_000
@@ -52,3 +53,10 @@ export const REFUSALS: Record<number, string> = {
 }
 // A client refused for capacity may try again this many seconds later.
 export const RETRY_AFTER_S = '1'
+// A connection past capacity may send one request, within this long, to be answered.
+export const OVER_CAPACITY_MS = 1_000
+
+// This process's answers, numbered in order by both servers: the memory guard closes the connections
+// whose last answer is the oldest first.
+const answers = { given: 0 }
+export const nextAnswer = () => ++answers.given

@@ -60,7 +60,7 @@ const ABSOLUTE = /^(https?:\/\/)([^/?]*)(.*)$/
 // What needs no URL parsing to be a URL as it is: a lower-case host and a plain path (as
 // @hono/node-server's own fast path), with no dot segment to resolve.
 // (A host whose last label is a number is an IPv4 address to WHATWG URL, and may not be one: parsed.)
-const PLAIN_HOST = /^(?:[a-z0-9-]+\.)*[a-z][a-z0-9-]*(?::\d{1,5})?$/
+export const PLAIN_HOST = /^(?:[a-z0-9-]+\.)*[a-z][a-z0-9-]*(?::\d{1,5})?$/
 const PLAIN_PATH = /^\/[!#$&-;=?-[\]_a-z~]*$/
 const DOT_SEGMENT = /\/\.\.?(?:[/?#]|$)/
 // A Host value, or the authority of an absolute-form target: a registered name or an IPv4 address (RFC

@@ -13,17 +13,18 @@ import {
   HEALTH_PATH,
   KEEP_ALIVE_MS,
   MAX_UNWRITTEN,
+  nextAnswer,
+  OVER_CAPACITY_MS,
   REFUSALS,
   REQUEST_TIMEOUT_MS,
   RETRY_AFTER_S,
   type ApiServer,
   type Fetch,
 } from './api-server.ts'
+import { PLAIN_HOST } from './http1.ts'
 import { rawError } from './responses.ts'
 
 type FetchCallback = Parameters<typeof getRequestListener>[0]
-// A connection past capacity may send one request, within this long, to be answered.
-const OVER_CAPACITY_MS = 1_000
 
 export function createNodeServer(fetch: Fetch): ApiServer {
   let draining = false
@@ -85,7 +86,6 @@ const CLIENT_ERRORS: Record<string, number> = {
 // RFC 9112 requires Host of HTTP/1.1 requests only; the adapter needs one of every request, to build its
 // URL. An HTTP/1.0 request without one is for this server, by whatever name. A Host that WHATWG URL
 // cannot read (127.0..1, 1270.0.1) is a 400: the adapter would fail building the URL of a POST, a 500.
-const PLAIN_HOST = /^(?:[a-z0-9-]+\.)*[a-z][a-z0-9-]*(?::\d{1,5})?$/
 const hostForHttp10 =
   (listener: RequestListener): RequestListener =>
   (incoming, outgoing) => {
@@ -147,7 +147,6 @@ const UNWRITTEN = Symbol('answers the kernel has not taken')
 // bytes it had read by then: more read since is a request on its way.
 const ANSWERED = Symbol('the number of its last answer')
 const READ = Symbol('bytes read at its last answer')
-let answers = 0
 
 function boundPipelining(listener: RequestListener): RequestListener {
   return (incoming, outgoing) => {
@@ -171,7 +170,7 @@ function answerIfOpen(listener: RequestListener, incoming: IncomingMessage, outg
 function written(this: ServerResponse) {
   const socket = this.req.socket as Connection
   socket[UNWRITTEN]!--
-  socket[ANSWERED] = ++answers
+  socket[ANSWERED] = nextAnswer()
   socket[READ] = socket.bytesRead
 }
 

@@ -3,10 +3,10 @@
 // node:http writes them. Also the JSON errors written before a request exists.
 import { STATUS_CODES } from 'node:http'
 import { errorBody, JSON_HEADERS } from '../app.ts'
+import { KEEP_ALIVE_MS } from './api-server.ts'
 import { GIVEN, type Given } from './web.ts'
 
 // The idle keep-alive timeout, which every answer on a connection kept open announces.
-export const KEEP_ALIVE_MS = 65_000
 const KEEP_ALIVE = `Connection: keep-alive\r\nKeep-Alive: timeout=${KEEP_ALIVE_MS / 1000}\r\n`
 const CLOSE = 'Connection: close\r\n'
 

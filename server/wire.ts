@@ -1,9 +1,10 @@
 // The API's HTTP/1.1 server, straight on node:net: every request read strictly and within its limits
 // (server/reader.ts, server/http1.ts), handed to the fetch handler as a light Request (server/web.ts),
-// and answered in one write. node:http costs about a quarter of a lone request's CPU and half of an idle
-// connection's memory (BENCHMARKS.md, "The wire"); here an idle connection is its socket, a few fields
-// and an empty reader, every read lands in one buffer (server/read-buffer.ts), the bytes of a request
-// are held only while it is split across packets, and one timer a second keeps every time limit.
+// and answered in one write. The same API on node:http counts a sixth more instructions a request, and
+// an idle connection takes four times the memory (BENCHMARKS.md, "Now"); here an idle connection is its
+// socket, a few fields and an empty reader, every read lands in one buffer (server/read-buffer.ts), the
+// bytes of a request are held only while it is split across packets, and one timer a second keeps every
+// time limit.
 import { createServer, type Socket } from 'node:net'
 import { CHUNKED, MAX_HEAD_BYTES, type Head } from './http1.ts'
 import { readIntoOneBuffer } from './read-buffer.ts'
@@ -16,6 +17,8 @@ import {
   HEALTH_PATH,
   KEEP_ALIVE_MS,
   MAX_UNWRITTEN,
+  nextAnswer,
+  OVER_CAPACITY_MS,
   REFUSALS,
   REQUEST_TIMEOUT_MS,
   RETRY_AFTER_S,
@@ -27,8 +30,6 @@ import {
 // sends read and dropped until it closes too, or this long (RFC 9112, 9.6). Closed at once, with
 // bytes unread, the kernel would reset it, and the client could lose the answer.
 const LINGER_MS = 2_000
-// A connection past maxConnections may send one request, within this long, to be answered.
-const OVER_CAPACITY_MS = 1_000
 const CHECK_MS = 1_000
 
 // A connection's states: waiting for a request (new, or kept alive after an answer), reading one,
@@ -40,7 +41,6 @@ const CLOSING = 3
 
 const CONNECTION = Symbol('the wire connection')
 type Wired = Socket & { [CONNECTION]: Connection }
-let answers = 0 // answers given by this process, to order connections by their last
 
 // oneReadBuffer false reads every connection as 'data' events, as a Node without the one read buffer
 // does (server/read-buffer.ts): for the tests of that way.
@@ -209,7 +209,7 @@ class Connection {
       console.error(error)
       answer = { head: rawError(500, 'internal server error'), body: null, chunked: false, close: true }
     }
-    this.answered = ++answers
+    this.answered = nextAnswer()
     const head = answer.latin1 ? Buffer.from(answer.head, 'latin1') : answer.head
     const body = answer.body
     if (answer.stream) return (void this.stream(head, answer.stream, answer), false)
@@ -289,7 +289,7 @@ class Connection {
 
   answerAndClose(answer: string) {
     this.write(answer)
-    this.answered = ++answers
+    this.answered = nextAnswer()
     this.close()
   }
 
