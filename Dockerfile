@@ -9,8 +9,9 @@ RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund
 COPY build.mjs app.ts seed.ts random.ts start.ts schema.sql ./
 COPY server/ ./server/
 RUN node build.mjs
-# mimalloc, Debian's build of it, for the run stage: with it Node holds a connection of the challenge's
-# load in about a quarter less memory than with glibc's malloc, for the same CPU (BENCHMARKS.md, "Memory").
+# mimalloc, Debian's build of it, for the run stage: with it the node:http server held a connection of
+# the challenge's load in about a quarter less memory than with glibc's malloc, for the same CPU
+# (BENCHMARKS.md, "Memory").
 RUN apt-get update && apt-get install -y --no-install-recommends libmimalloc3 \
  && cp "$(dpkg -L libmimalloc3 | grep '/libmimalloc\.so\.3$')" /usr/local/lib/libmimalloc.so.3
 
@@ -38,6 +39,7 @@ HEALTHCHECK --interval=10s --timeout=3s --start-period=90s --retries=3 \
 
 # Exec form: node is PID 1 and receives SIGTERM itself, so `docker stop` stops it cleanly.
 # --max-semi-space-size=4 (MB): V8's young generation otherwise grows to its 16 MB default under a
-# burst of requests and stays there; capped, idle connections cost 10 KB each instead of 14 (at 15,000)
-# for the same CPU per request (BENCHMARKS.md). challenge/start.sh and npm start use the same flags.
+# burst of requests and stays there; capped, idle connections on the node:http server cost 10 KB each
+# instead of 14 (at 15,000) for the same CPU per request (BENCHMARKS.md, "Memory"). challenge/start.sh
+# and npm start use the same flags.
 CMD ["node", "--max-semi-space-size=4", "dist/start.js"]

@@ -1,5 +1,5 @@
-// Builds the challenge's seed database exactly as SEED.md describes it, proves it
-// with the content checksum, and writes tokens.json beside it.
+// Builds the challenge's seed database exactly as the challenge's own description of it (its SEED.md)
+// draws it, proves it with the challenge's checksum of every row, and writes tokens.json beside it.
 //
 //   node dist/seed.js [path] [--force] [--if-missing]
 //
@@ -20,7 +20,7 @@ const { values: flags, positionals } = parseArgs({
 const SQLITE_PATH = positionals[0] || process.env.SQLITE_PATH || 'data/feed.db'
 const JWT_SECRET = process.env.JWT_SECRET || 'twelve-dollar-challenge'
 
-// SHA-256 of every row, as the sqlite3 shell prints them (SEED.md).
+// The challenge's proof that a seed is its own: the SHA-256 of every row (contentChecksum).
 const CHECKSUM = '738d11ab3164c13177e347f75038d1e80b43c64e754544a42d1c32bd8d7bcf1d'
 
 const ADJECTIVES =
@@ -144,7 +144,8 @@ function insertRows(db: DatabaseSync) {
   })
 }
 
-// Hashes the rows the way SEED.md defines the checksum.
+// The checksum as the challenge defines it: SHA-256 over the users by id, the posts by id and the likes
+// by post and user, each row its columns joined by '|' and a newline, as the sqlite3 shell prints them.
 function contentChecksum(db: DatabaseSync): string {
   const hash = createHash('sha256')
   const queries = [

@@ -10,9 +10,12 @@ import { ROOT } from '../harness/tools.ts'
 const DOCS = [
   'README.md',
   'BENCHMARKS.md',
+  'CHANGELOG.md',
   'bench/README.md',
   'challenge/README.md',
-  ...readdirSync(join(ROOT, 'docs')).map((f) => `docs/${f}`),
+  ...readdirSync(join(ROOT, 'docs'))
+    .filter((f) => f.endsWith('.md'))
+    .map((f) => `docs/${f}`),
 ]
 
 // Each line of a Markdown file outside its fenced code blocks, with its number.
@@ -74,6 +77,114 @@ describe('the documentation', () => {
     assert.deepEqual(
       brokenLinks(file).map((why) => why.split(':')[0]),
       ['no such file', 'no such heading'],
+    )
+  })
+})
+
+// What the docs and the code's comments name must exist: a file of the repository by its path, an npm
+// script, a setting (an environment variable the code reads), and a part of a Markdown file quoted after
+// its name (`BENCHMARKS.md, "Now"`: a heading, or a list item's bold lead). Other projects' paths (the
+// challenge's files, llhttp's, Node's) are told apart by the folders ours live in and by their context;
+// BENCHMARKS.md's History names what was, and only its sections are held to this.
+const CODE = [
+  'app.ts',
+  'token.ts',
+  'seed.ts',
+  'start.ts',
+  'random.ts',
+  'build.mjs',
+  'load.js',
+  'Dockerfile',
+  '.ci/run',
+  ...['server', 'harness', 'bench', 'test', 'test/faults', 'challenge', 'pinned-node'].flatMap((dir) =>
+    readdirSync(join(ROOT, dir))
+      .filter((f) => /\.(ts|mjs|js|sh)$/.test(f))
+      .map((f) => `${dir}/${f}`),
+  ),
+].filter((file) => file !== 'test/docs.test.ts') // its own examples name what is not there
+const FOLDERS = ['server', 'bench', 'test', 'harness', 'docs', 'challenge', 'pinned-node', '\\.ci']
+const GENERATED = /^(dist|bench\/results|bench\/\.cache)\//
+const PATH = new RegExp(
+  `(?<![\\w./-])((?:${FOLDERS.join('|')})/[\\w./-]*\\.(?:ts|mjs|js|md|sh|json|lua|svg|sql))\\b`,
+  'g',
+)
+// Settings that are not this project's to read: the OS's, glibc's, libuv's, Docker's, Node's, k6's.
+const OTHERS_SETTINGS = new Set([
+  'LD_PRELOAD',
+  'AWS_CA_BUNDLE',
+  'SYS_ADMIN',
+  'NODE_OPTIONS',
+  'K6_NO_USAGE_REPORT',
+  'MALLOC_ARENA_MAX',
+  'UV_THREADPOOL_SIZE',
+  'F_SETLKW',
+])
+
+// A file's text, a comment's lines as one so that a name wrapped over two is read whole; BENCHMARKS.md
+// up to its History.
+function text(file: string): string {
+  const body = readFileSync(join(ROOT, file), 'utf8')
+  if (file.endsWith('.md')) return file === 'BENCHMARKS.md' ? body.split('\n## History\n')[0] : body
+  return body.replace(/\n[ \t]*(?:\/\/|#)[ \t]*/g, ' ')
+}
+
+// The parts of a Markdown file a quote may name: its headings and its list items' bold leads.
+function parts(file: string): string[] {
+  return [...prose(join(ROOT, file))].flatMap(([line]) => /^(?:#{1,6}\s+|\s*[-*]\s+\*\*)(.*)$/.exec(line)?.[1] ?? [])
+}
+
+export function missingNames(files: string[]): string[] {
+  const scripts = Object.keys(JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts)
+  const code = CODE.map(text).join('\n')
+  const missing: string[] = []
+  for (const file of files) {
+    const body = text(file)
+    for (const { 1: path, index } of body.matchAll(PATH)) {
+      if (GENERATED.test(path) || /llhttp/.test(body.slice(Math.max(0, index - 40), index))) continue
+      if (!existsSync(join(ROOT, path))) missing.push(`${file}: the file ${path}`)
+    }
+    for (const [, script] of body.matchAll(/npm run ([\w:-]*[\w])/g)) {
+      if (!scripts.includes(script)) missing.push(`${file}: the script npm run ${script}`)
+    }
+    const quoted = (file.endsWith('.md') ? readFileSync(join(ROOT, file), 'utf8') : body).matchAll(
+      /(?<![\w/.-])((?:[\w-]+\/)*[\w-]+\.md)\]?(?:\([^)]*\))?(?:'s|,) "([^"]+)"/g,
+    )
+    for (const [, md, quote] of quoted) {
+      const target = DOCS.find((doc) => doc === md || doc.endsWith(`/${md}`))
+      const section = quote.replace(/\s+/g, ' ')
+      if (target && !parts(target).some((part) => part.includes(section)))
+        missing.push(`${file}: the section "${section}" of ${target}`)
+    }
+    if (!file.endsWith('.md')) continue
+    for (const [, name] of body.matchAll(/`([A-Z][A-Z0-9]*_[A-Z0-9_]+)(?:=[^`]*)?`/g)) {
+      if (!OTHERS_SETTINGS.has(name) && !new RegExp(`\\b${name}\\b`).test(code))
+        missing.push(`${file}: the setting ${name}`)
+    }
+  }
+  return missing
+}
+
+describe('what the docs and comments name', () => {
+  test('every file, npm script, setting and quoted section named exists', () => {
+    assert.deepEqual(missingNames([...DOCS, ...CODE]), [])
+  })
+
+  test('finds a missing file, script, setting and section', () => {
+    const dir = mkdtempSync(join(ROOT, 'bench', '.cache', 'docs-'))
+    const file = relative(ROOT, join(dir, 'named.md'))
+    writeFileSync(
+      join(ROOT, file),
+      'See server/nowhere.ts, `npm run nothing`, `NO_SUCH_SETTING` and BENCHMARKS.md, "No such section".\n' +
+        'But server/wire.ts, `npm test`, `SQLITE_PATH` and BENCHMARKS.md, "Now" are there.\n',
+    )
+    assert.deepEqual(
+      missingNames([file]).map((why) => why.split(': ')[1]),
+      [
+        'the file server/nowhere.ts',
+        'the script npm run nothing',
+        'the section "No such section" of BENCHMARKS.md',
+        'the setting NO_SUCH_SETTING',
+      ],
     )
   })
 })

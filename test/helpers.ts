@@ -1,6 +1,7 @@
 // What the tests that run the built server as a real process share, beyond what the benchmark shares
 // with them (harness/): health probes, attackers, tokens, requests, load on a cluster, small databases,
 // and the user a server runs as.
+import assert from 'node:assert/strict'
 import { execFileSync, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -16,18 +17,23 @@ import { DEFAULT_SECRET, type Token } from '../harness/seed.ts'
 import { holdsWithin, sleep, within } from '../harness/time.ts'
 import { ROOT } from '../harness/tools.ts'
 
-// A describe whose tests need what this machine may lack (Litestream, Docker, k6, a corpus): where
-// `missing` says why it is not here, a skipped test of the same name stands in for the whole, so that
-// the run's summary counts it among the skipped, with the reason (node:test counts no skipped describe).
+// A describe whose tests need what this machine may lack (Litestream, Docker, k6, sqlite3, a corpus):
+// where `missing` says why it is not here, a skipped test of the same name stands in for the whole, so
+// that the run's summary counts it among the skipped, with the reason (node:test counts no skipped
+// describe). With REQUIRE_TOOLS set (CI, which installs every tool) it fails instead.
 export function describeNeeding(
   missing: string | false,
   name: string,
   options: Omit<TestOptions, 'skip'>,
   tests: () => void,
 ) {
-  if (missing) test(name, { skip: missing })
-  else describe(name, options, tests)
+  if (!missing) describe(name, options, tests)
+  else if (process.env.REQUIRE_TOOLS) test(name, () => assert.fail(`REQUIRE_TOOLS is set, and ${missing}`))
+  else test(name, { skip: missing })
 }
+
+// A test's `skip` for what this machine may lack, as describeNeeding's.
+export const skipUnless = (missing: string | false) => (missing && process.env.REQUIRE_TOOLS ? false : missing)
 
 // Polls /health the way a load balancer or the challenge does; resolves with the seconds it took.
 export async function waitHealthy(url: string, timeoutMs: number): Promise<number> {

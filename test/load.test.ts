@@ -1,7 +1,7 @@
 // load.js, the k6 scenario, against the real server: under the real k6 where it is here (as CI lays
 // out ../shared/tools, or K6), and through a minimal k6 stand-in that pins each branch of its loop.
 import assert from 'node:assert/strict'
-import { execFile, spawnSync } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import { readFileSync, writeFileSync } from 'node:fs'
 import { registerHooks } from 'node:module'
 import { join } from 'node:path'
@@ -128,7 +128,7 @@ describe('load.js', () => {
   })
 })
 
-const k6Binary = K6_BIN ?? (spawnSync('which', ['k6'], { encoding: 'utf8' }).stdout.trim() || undefined)
+const k6Binary = K6_BIN
 
 describeNeeding(!k6Binary && 'no k6 here (K6, ../shared/tools/k6 or PATH)', 'load.js under the real k6', {}, () => {
   test('300 users ramped in 2 s and held 8 s: the thresholds pass, every check and request succeeds', async () => {

@@ -8,6 +8,7 @@ import { describe, test } from 'node:test'
 import { verify } from 'hono/jwt'
 import { DEFAULT_SECRET, freshSeededCopy } from '../harness/seed.ts'
 import { ROOT } from '../harness/tools.ts'
+import { skipUnless } from './helpers.ts'
 
 const CHECKSUM = '738d11ab3164c13177e347f75038d1e80b43c64e754544a42d1c32bd8d7bcf1d'
 const hasSqliteShell = spawnSync('sqlite3', ['--version']).status === 0
@@ -15,7 +16,7 @@ const hasSqliteShell = spawnSync('sqlite3', ['--version']).status === 0
 describe('the seeded database', () => {
   test(
     'has the challenge checksum, as the sqlite3 shell prints its rows',
-    { skip: !hasSqliteShell && 'sqlite3 shell not installed (.ci/run installs it)' },
+    { skip: skipUnless(!hasSqliteShell && 'sqlite3 shell not installed (.ci/run installs it)') },
     () => {
       const db = freshSeededCopy()
       try {

@@ -8,7 +8,7 @@ import type { Token } from '../../harness/seed.ts'
 import { type Server, startServer } from '../../harness/server.ts'
 import { sleep, until, within } from '../../harness/time.ts'
 import { NO_LITESTREAM } from '../../harness/tools.ts'
-import { claims, makeToken, probeHealth, smallDatabase } from '../helpers.ts'
+import { claims, makeToken, probeHealth, skipUnless, smallDatabase } from '../helpers.ts'
 import { LITESTREAM_ENV, writeStream } from '../replication.ts'
 
 // 16 lanes of posts and likes at full rate for so many seconds, /health asked every 20 ms meanwhile.
@@ -56,17 +56,25 @@ describe('/health under writes at full rate', () => {
     for (const { db } of boxes) db.remove()
   })
 
-  test('replicated by Litestream (npm start with a file replica): never a 503', { skip: NO_LITESTREAM }, async (t) => {
-    const b = await box()
-    boxes.push(b)
-    const server = await startServer(process.execPath, ['dist/start.js'], {
-      env: { SQLITE_PATH: b.db.path, LITESTREAM_REPLICA_URL: `file://${join(b.db.dir, 'replica')}`, ...LITESTREAM_ENV },
-    })
-    servers.push(server)
-    // From its first snapshot on, Litestream checkpoints.
-    await until(() => /snapshot complete/.test(server.output()), 10_000, "Litestream's first snapshot")
-    await writesAndProbes(t, server, b.tokens, 30)
-  })
+  test(
+    'replicated by Litestream (npm start with a file replica): never a 503',
+    { skip: skipUnless(NO_LITESTREAM) },
+    async (t) => {
+      const b = await box()
+      boxes.push(b)
+      const server = await startServer(process.execPath, ['dist/start.js'], {
+        env: {
+          SQLITE_PATH: b.db.path,
+          LITESTREAM_REPLICA_URL: `file://${join(b.db.dir, 'replica')}`,
+          ...LITESTREAM_ENV,
+        },
+      })
+      servers.push(server)
+      // From its first snapshot on, Litestream checkpoints.
+      await until(() => /snapshot complete/.test(server.output()), 10_000, "Litestream's first snapshot")
+      await writesAndProbes(t, server, b.tokens, 30)
+    },
+  )
 
   test('with WORKERS=2, each worker committing beside the other: never a 503', async (t) => {
     const b = await box()
