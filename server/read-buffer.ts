@@ -1,8 +1,9 @@
 // Reads into one buffer: net.Socket's `onread` option, which node:net offers for a socket it makes
 // (net.connect, new Socket) and not for one a server accepts. Set on an accepted socket as the option
 // sets it, every read of every connection lands in the same 64 KB and is handed to a function, with
-// no Buffer of its own and no stream's push and 'data' event: 8 to 9% of a lone request's instructions
-// (BENCHMARKS.md, "One read buffer"). What the function keeps of a read past its return it must copy.
+// no Buffer of its own and no stream's push and 'data' event: 7 to 9% of a request's instructions,
+// ours and the floors' (BENCHMARKS.md, "One read buffer"). What the function keeps of a read past its
+// return it must copy.
 import { Socket } from 'node:net'
 
 const READ_BUFFER = Buffer.allocUnsafe(64 * 1024)
