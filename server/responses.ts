@@ -10,14 +10,14 @@ import { GIVEN, type Given } from './web.ts'
 const KEEP_ALIVE = `Connection: keep-alive\r\nKeep-Alive: timeout=${KEEP_ALIVE_MS / 1000}\r\n`
 const CLOSE = 'Connection: close\r\n'
 
-// The Date field, made once a second.
-let date = ''
+// The Date field, made once a second: emptied at the next second, and made again when next asked for.
+const date = { field: '' }
 function dateField(): string {
-  if (!date) {
-    date = `Date: ${new Date().toUTCString()}\r\n`
-    setTimeout(() => (date = ''), 1000 - (Date.now() % 1000)).unref()
+  if (!date.field) {
+    date.field = `Date: ${new Date().toUTCString()}\r\n`
+    setTimeout(() => (date.field = ''), 1000 - (Date.now() % 1000)).unref()
   }
-  return date
+  return date.field
 }
 
 // Each status line made once.
@@ -97,29 +97,32 @@ function addField(fields: Fields, name: string, value: string) {
 // (server/web.ts), or a real one.
 export function answerOf(response: globalThis.Response, request: Request): Answer {
   const given = (response as { [GIVEN]?: Given })[GIVEN]
-  const status = given ? given.status : response.status
-  const headers = given ? given.headers : response.headers
-  const checkedFields = fieldsOf(headers)
-  let fields = checkedFields.text
-  let close = !request.keepAlive || checkedFields.close
-  const latin1 = checkedFields.latin1
-  const body = given ? given.body : null
-  if (given && typeof body === 'string' && !headers) fields += 'content-type: text/plain;charset=UTF-8\r\n'
-  const bodiless = request.head || status === 204 || status === 304
-  let length = ''
-  if (!bodiless && given)
-    length = `Content-Length: ${body === null ? 0 : typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength}\r\n`
-  const stream = !bodiless && !given ? (response.body ?? undefined) : undefined
-  if (stream && request.minor === 0) close = true // no chunked coding in HTTP/1.0: the close ends the body
-  if (!bodiless && !given && !stream) length = 'Content-Length: 0\r\n'
-  if (stream && request.minor === 1) length = 'Transfer-Encoding: chunked\r\n'
-  const head = `${statusLine(status)}${fields}${dateField()}${close ? CLOSE : KEEP_ALIVE}${length}\r\n`
-  return {
-    head,
-    latin1,
-    body: bodiless ? null : body,
-    stream,
-    chunked: stream !== undefined && request.minor === 1,
-    close,
-  }
+  // The common case, every answer of the API's: a body given whole, framed by its length.
+  if (given) return givenAnswer(given, request)
+  return streamAnswer(response, request)
 }
+
+function givenAnswer({ status, headers, body }: Given, request: Request): Answer {
+  const fields = fieldsOf(headers)
+  const close = !request.keepAlive || fields.close
+  const type = typeof body === 'string' && !headers ? 'content-type: text/plain;charset=UTF-8\r\n' : ''
+  const bodiless = request.head || status === 204 || status === 304
+  const length = body === null ? 0 : typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength
+  const head = headOf(status, fields.text + type, close, bodiless ? '' : `Content-Length: ${length}\r\n`)
+  return { head, latin1: fields.latin1, body: bodiless ? null : body, chunked: false, close }
+}
+
+// A real Response: its body is a stream, chunked in HTTP/1.1 and ended by the close in HTTP/1.0.
+function streamAnswer(response: globalThis.Response, request: Request): Answer {
+  const { status } = response
+  const fields = fieldsOf(response.headers)
+  const bodiless = request.head || status === 204 || status === 304
+  const stream = bodiless ? undefined : (response.body ?? undefined)
+  const chunked = stream !== undefined && request.minor === 1
+  const close = !request.keepAlive || fields.close || (stream !== undefined && !chunked)
+  const framing = bodiless ? '' : !stream ? 'Content-Length: 0\r\n' : chunked ? 'Transfer-Encoding: chunked\r\n' : ''
+  return { head: headOf(status, fields.text, close, framing), latin1: fields.latin1, body: null, stream, chunked, close }
+}
+
+const headOf = (status: number, fields: string, close: boolean, framing: string) =>
+  `${statusLine(status)}${fields}${dateField()}${close ? CLOSE : KEEP_ALIVE}${framing}\r\n`
