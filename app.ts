@@ -96,7 +96,7 @@ app.get('/health', async () => {
       status: 'ok',
       db: 'ok',
       uptime_s: Math.floor((Date.now() - startedAt) / 1000),
-      ...hooks.health?.(),
+      ...setup?.health?.(),
     }),
   )
 })
@@ -339,42 +339,49 @@ function commitPendingWrites() {
 function commitBatch(batch: PendingWrite[], deadline: number, retryMs: number) {
   let db: Database
   try {
-    db = database()
-    db.noWait.run()
-    try {
-      db.begin.run()
-    } finally {
-      db.wait.run()
-    }
+    db = beginWrite()
   } catch (error) {
     // Another connection holds the write lock: try again soon, serving other requests meanwhile.
     const wait = Math.min(retryMs, deadline - Date.now())
-    if (unavailable(error) === 'database is busy' && wait > 0) {
-      setTimeout(commitBatch, wait, batch, deadline, Math.min(2 * retryMs, 50))
-      return
-    }
-    return failBatch(batch, error)
+    if (unavailable(error) !== 'database is busy' || wait <= 0) return failBatch(batch, error)
+    return void setTimeout(commitBatch, wait, batch, deadline, Math.min(2 * retryMs, 50))
   }
-  const outcomes: { ok: boolean; value: unknown }[] = []
+  let outcomes: Outcome[]
   try {
-    for (const { statement } of batch) {
-      try {
-        outcomes.push({ ok: true, value: statement?.(db) })
-      } catch (error) {
-        // A constraint undoes only its own statement; any other failure ends the whole transaction.
-        if (unavailable(error)) throw error
-        outcomes.push({ ok: false, value: error })
-      }
-    }
+    outcomes = batch.map(({ statement }) => attempt(db, statement))
     // A file unlinked while open would take these writes with it when the process ends.
     if (!existsSync(SQLITE_PATH)) throw new ApiError(503, 'database file is missing')
-    if (hooks.beforeCommit && batch.some(({ statement }) => statement)) hooks.beforeCommit(db.connection)
+    if (setup?.beforeCommit && batch.some(({ statement }) => statement)) setup.beforeCommit(db.connection)
     db.commit.run()
   } catch (error) {
     if (db.connection.isTransaction) db.rollback.run()
     return failBatch(batch, error)
   }
   batch.forEach(({ resolve, reject }, i) => (outcomes[i].ok ? resolve : reject)(outcomes[i].value))
+}
+
+// BEGIN IMMEDIATE without SQLite's busy handler: a write lock another connection holds throws at once.
+function beginWrite(): Database {
+  const db = database()
+  db.noWait.run()
+  try {
+    db.begin.run()
+  } finally {
+    db.wait.run()
+  }
+  return db
+}
+
+// One request's statement in the batch's transaction: a constraint undoes only that statement; any
+// other failure ends the whole transaction.
+type Outcome = { ok: boolean; value: unknown }
+function attempt(db: Database, statement: PendingWrite['statement']): Outcome {
+  try {
+    return { ok: true, value: statement?.(db) }
+  } catch (error) {
+    if (unavailable(error)) throw error
+    return { ok: false, value: error }
+  }
 }
 
 function failBatch(batch: PendingWrite[], error: unknown) {
@@ -423,7 +430,7 @@ async function probeDatabase(): Promise<string | undefined> {
   try {
     database().ping.get()
     if (!existsSync(SQLITE_PATH)) return 'database file is missing'
-    if (hooks.readOnly) return undefined // nothing is written here
+    if (setup?.readOnly) return undefined // nothing is written here
     // SQLite lets a read-only connection take the write lock; only the first write would fail.
     if (!isWritable(SQLITE_PATH)) return 'database is read-only'
     const { bavail, bsize } = statfsSync(dirname(SQLITE_PATH))
@@ -441,32 +448,42 @@ async function probeDatabase(): Promise<string | undefined> {
   }
 }
 
-// What a server around the API may set before the first request; the API alone needs none of it.
-export const hooks: {
+// What a server around the API adds to it, given once by configure() before the API serves; the API
+// alone (this file run as a script, or app.request() in a test) needs none of it.
+export type ServerSetup = {
   readOnly?: boolean // only read the file: open it read-only, never create it or set its journal mode
   afterOpen?: (db: DatabaseSync) => void // runs on each new connection, before its statements are prepared
   whileReadOnly?: () => void // runs before each use of a read-only connection; may closeDatabase()
   beforeCommit?: (db: DatabaseSync) => void // runs in every transaction that writes, before COMMIT
   health?: () => object // more for a healthy /health to say
-} = {}
+}
+let setup: Readonly<ServerSetup> | undefined // fixed by configure(), or as none by the first connection
+
+// Refused once given, and once a connection has opened: one opened without it (read-write where the
+// server only reads, say) would serve on.
+export function configure(given: ServerSetup) {
+  if (setup) throw new Error('configure() is called once, before the API opens its database')
+  setup = Object.freeze({ ...given })
+}
 
 // One connection takes the reads and the writes: a second one for the reads would lose its page cache
 // at every commit of the first (BENCHMARKS.md, "One connection").
 function connect() {
   if (!existsSync(SQLITE_PATH)) throw new ApiError(503, 'database file is missing') // opening would create it
   // Opening never waits on a lock: a start that would wait for one waits around openDatabase().
-  const db = new DatabaseSync(SQLITE_PATH, { timeout: 0, readOnly: hooks.readOnly })
+  const { readOnly = false, afterOpen } = (setup ??= {})
+  const db = new DatabaseSync(SQLITE_PATH, { timeout: 0, readOnly })
   try {
     // WAL, so that readers never wait for the writer. It is stored in the file and setting it is a
     // write: set only where it is not, and never where the API only reads.
-    if (!hooks.readOnly && (db.prepare('PRAGMA journal_mode').get() as { journal_mode: string }).journal_mode !== 'wal')
+    if (!readOnly && (db.prepare('PRAGMA journal_mode').get() as { journal_mode: string }).journal_mode !== 'wal')
       db.exec('PRAGMA journal_mode = WAL')
     db.exec('PRAGMA synchronous = NORMAL') // a commit survives a process crash without an fsync of its own
-    hooks.afterOpen?.(db)
+    afterOpen?.(db)
     const database = {
       connection: db,
       // SQLite opens a file it may not write read-only, and such a connection stays so.
-      readOnly: Boolean(hooks.readOnly) || !isWritable(SQLITE_PATH),
+      readOnly: readOnly || !isWritable(SQLITE_PATH),
       feed: rowsAsArrays(db.prepare(FEED)),
       post: rowsAsArrays(db.prepare(POST)),
       postExists: rowsAsArrays(db.prepare(POST_EXISTS)),
@@ -502,7 +519,7 @@ function rowsAsArrays(statement: StatementSync): StatementSync {
 let opened: Database | undefined
 
 export function database(): Database {
-  if (opened?.readOnly) hooks.whileReadOnly?.()
+  if (opened?.readOnly) setup?.whileReadOnly?.()
   return (opened ??= connect())
 }
 
@@ -524,7 +541,7 @@ function isWritable(path: string) {
 // connection opens. False when another connection holds the database's locks: then the first request
 // that finds them free opens it, and until then /health and every request say the database is busy.
 export function openDatabase(): boolean {
-  if (!existsSync(SQLITE_PATH) && !hooks.readOnly) {
+  if (!existsSync(SQLITE_PATH) && !setup?.readOnly) {
     mkdirSync(dirname(SQLITE_PATH), { recursive: true })
     const db = new DatabaseSync(SQLITE_PATH)
     db.exec(schema)

@@ -1,9 +1,10 @@
 // The API's database as the server opens it, beside other processes that use it: the start waits a
 // while for locks another process holds, each connection leaves its checkpoints to whoever
 // WAL_AUTOCHECKPOINT says, and a file that was read-only and is writable again is written without a
-// restart. Each plugs into app.ts's hooks.
+// restart. What it adds to the API is part of the server's setup (server/main.ts).
 import { accessSync, chmodSync, constants, statSync } from 'node:fs'
-import { closeDatabase, hooks, openDatabase, SQLITE_PATH } from '../app.ts'
+import type { DatabaseSync } from 'node:sqlite'
+import { closeDatabase, openDatabase, type ServerSetup, SQLITE_PATH } from '../app.ts'
 
 // How long the start waits for locks another process holds on the database.
 const START_WAIT_MS = Number(process.env.START_WAIT_MS || 30_000)
@@ -11,14 +12,18 @@ const START_WAIT_MS = Number(process.env.START_WAIT_MS || 30_000)
 // process does the checkpoints (start.ts sets 0 under Litestream).
 const WAL_AUTOCHECKPOINT = Number(process.env.WAL_AUTOCHECKPOINT || 1000)
 
+// The API's connections on this box: checkpoints as WAL_AUTOCHECKPOINT says, and a copy the server
+// only reads (a follower's) opened read-only and kept so; any other, reopened once it is writable again.
+export function databaseSetup(readOnly: boolean): ServerSetup {
+  const afterOpen = (db: DatabaseSync) => db.exec(`PRAGMA wal_autocheckpoint = ${WAL_AUTOCHECKPOINT}`)
+  return readOnly ? { readOnly, afterOpen } : { afterOpen, whileReadOnly: reopenWhenWritable }
+}
+
 // At the start, before the first request. Another process may hold the database's locks a while (a long
 // transaction, or a follower's Litestream applying a large one): the start waits, and says so, up to
 // START_WAIT_MS, then serves anyway, /health saying the database is busy until the first request finds
 // it free.
 export async function openDatabaseAtStart() {
-  hooks.afterOpen = (db) => db.exec(`PRAGMA wal_autocheckpoint = ${WAL_AUTOCHECKPOINT}`)
-  // A copy the server only reads (a follower's) stays read-only.
-  if (!hooks.readOnly) hooks.whileReadOnly = reopenWhenWritable
   const started = Date.now()
   let waited = false
   while (!openDatabase()) {

@@ -4,7 +4,8 @@
 // all). The file stays in rollback-journal mode and is only read here. Each write goes to the primary's
 // API; its answer goes back once this copy holds the row it wrote, so a read after a write here sees it.
 // The row, not a TXID: the primary's Litestream numbers a transaction only when it next syncs, after
-// the answer has gone. The API knows none of this: it plugs into app.ts's hooks, and wraps its fetch.
+// the answer has gone. The API knows none of this: it reads the file read-only (server/database.ts), and
+// this wraps its fetch.
 import type { HttpBindings } from '@hono/node-server'
 import { Hono, type Context } from 'hono'
 import { existsSync, watch, type FSWatcher } from 'node:fs'
@@ -16,7 +17,6 @@ import {
   BUSY_TIMEOUT_MS,
   authenticate,
   database,
-  hooks,
   jsonResponse,
   limitBody,
   SQLITE_PATH,
@@ -42,8 +42,8 @@ const CATCH_UP_MS = 5_000
 // Past the primary's own wait for the write lock, it is not coming back: the write's fate is unknown.
 const FORWARD_TIMEOUT_MS = BUSY_TIMEOUT_MS + 5_000
 
-// Makes this server a follower of the primary at PRIMARY_API_URL: the API reads the copy, and the
-// writes go to the primary, past the same body limit as the primary's.
+// Makes this server a follower of the primary at PRIMARY_API_URL: the writes go to the primary, past
+// the same body limit as the primary's, and the API reads the copy (opened read-only: databaseSetup).
 export function forwardWrites(fetch: Fetch): Fetch {
   if (!existsSync(SQLITE_PATH)) {
     console.error(
@@ -51,7 +51,6 @@ export function forwardWrites(fetch: Fetch): Fetch {
     )
     process.exit(1)
   }
-  hooks.readOnly = true
   const writes = new Hono<{ Bindings: Partial<HttpBindings> }>()
   writes.post('/posts', limitBody, forward)
   writes.post('/posts/:id/like', limitBody, forward)
@@ -111,33 +110,37 @@ function rowHere(sql: string, ...ids: number[]): boolean {
 // also look every 250 ms, so that a watch that misses an event (inotify drops them when its queue
 // overflows) or cannot be had costs at most that. Past its deadline a write looks once more and goes.
 const LOOK_AGAIN_MS = 250
-type CatchUp = { here: () => boolean; resolve: (caughtUp: boolean) => void; timer: NodeJS.Timeout }
-const catchingUp = new Set<CatchUp>()
 const TXID_NAME = basename(files.txid)
-let watching: FSWatcher | null | undefined // null: no watch could be had
-let lookingAgain: NodeJS.Timeout | undefined
+type CatchUp = { here: () => boolean; resolve: (caughtUp: boolean) => void; timer: NodeJS.Timeout }
+
+// The process's forwarded writes that wait, and what wakes them.
+const waiting = {
+  writes: new Set<CatchUp>(),
+  watch: undefined as FSWatcher | null | undefined, // on the folder once the first write waited; null: none could be had
+  looks: undefined as NodeJS.Timeout | undefined, // the look every LOOK_AGAIN_MS, while any write waits
+}
 
 function caughtUp(here: () => boolean, withinMs: number): Promise<boolean> {
   // The watch is on before the first look: a position written after that look wakes this write.
-  watching ??= watchPositions()
+  waiting.watch ??= watchPositions()
   if (here()) return Promise.resolve(true)
   return new Promise((resolve) => {
     const wait: CatchUp = { here, resolve, timer: setTimeout(() => settle(wait, wait.here()), withinMs) }
-    catchingUp.add(wait)
-    lookingAgain ??= setInterval(lookAll, LOOK_AGAIN_MS)
+    waiting.writes.add(wait)
+    waiting.looks ??= setInterval(lookAll, LOOK_AGAIN_MS)
   })
 }
 
 function lookAll() {
-  for (const wait of catchingUp) if (wait.here()) settle(wait, true)
+  for (const wait of waiting.writes) if (wait.here()) settle(wait, true)
 }
 
 function settle(wait: CatchUp, here: boolean) {
   clearTimeout(wait.timer)
-  catchingUp.delete(wait)
-  if (catchingUp.size === 0) {
-    clearInterval(lookingAgain)
-    lookingAgain = undefined
+  waiting.writes.delete(wait)
+  if (waiting.writes.size === 0) {
+    clearInterval(waiting.looks)
+    waiting.looks = undefined
   }
   wait.resolve(here)
 }
@@ -155,7 +158,7 @@ function watchPositions(): FSWatcher | null {
     })
     watcher.on('error', (error) => {
       failed(error)
-      watching = undefined // the next forwarded write watches again
+      waiting.watch = undefined // the next forwarded write watches again
     })
     return watcher
   } catch (error) {

@@ -3,12 +3,12 @@
 // processes as its connections need, with a guard on memory, under Litestream or as a follower when
 // start.ts says so.
 import type { Socket } from 'node:net'
-import { app, hooks, MAX_BODY_BYTES } from '../app.ts'
-import { openDatabaseAtStart } from './database.ts'
+import { app, configure, MAX_BODY_BYTES } from '../app.ts'
+import { databaseSetup, openDatabaseAtStart } from './database.ts'
 import { forwardWrites, PRIMARY_API_URL } from './follower.ts'
 import { guardMemory, memoryHealth } from './memory.ts'
 import { createNodeServer } from './node-server.ts'
-import { plugInReplica, replicaHealth } from './primary.ts'
+import { replicaHealth, replicaSetup, startReplicating } from './primary.ts'
 import { serveInProcesses, speaksForAll, supervisesWorkers } from './processes.ts'
 import { createWireServer } from './wire.ts'
 import { runWorkers } from './workers.ts'
@@ -30,8 +30,14 @@ async function run() {
   // The default secret is the challenge's, which anyone can read: one process says so for all.
   if (speaksForAll && !process.env.JWT_SECRET)
     console.warn("JWT_SECRET is not set: tokens are checked with the challenge's public default secret; set your own")
-  const fetch = PRIMARY_API_URL ? forwardWrites(app.fetch) : await plugInReplica(app.fetch, speaksForAll)
-  hooks.health = () => ({ ...replicaHealth(), ...memoryHealth() })
+  // What this server adds to the API, told once, before the API opens its database.
+  const follower = Boolean(PRIMARY_API_URL)
+  configure({
+    ...databaseSetup(follower),
+    ...(follower ? {} : replicaSetup()),
+    health: () => ({ ...replicaHealth(), ...memoryHealth() }),
+  })
+  const fetch = follower ? forwardWrites(app.fetch) : await startReplicating(app.fetch, speaksForAll)
   await openDatabaseAtStart()
   const server = HTTP_SERVER === 'net' ? createWireServer(fetch, MAX_BODY_BYTES) : createNodeServer(fetch)
   const connections = new Set<Socket>() // this process's, kept by its role and read by the memory guard

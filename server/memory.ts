@@ -19,13 +19,15 @@ const FULL_AT_LEAST = 64 * MiB
 // Of the connections held, the idle ones closed at each look while memory is below the second line.
 const SHED_SHARE = 0.05
 
-type State = 'taking' | 'full' | 'shedding'
-let state: State = 'taking'
-let shed = 0 // idle connections closed since the guard last took connections
+// The process's guard, changed at each look.
+const guard = {
+  state: 'taking' as 'taking' | 'full' | 'shedding',
+  shed: 0, // idle connections closed since the guard last took connections
+}
 
 // What /health adds while the guard holds connections back.
-export const memoryHealth = () => (state === 'taking' ? {} : { memory: state })
-export const takingConnections = () => state === 'taking'
+export const memoryHealth = () => (guard.state === 'taking' ? {} : { memory: guard.state })
+export const takingConnections = () => guard.state === 'taking'
 
 // `connections`: this process's, kept by whoever counts them.
 export function guardMemory(server: ApiServer, connections: Set<Socket>, measure = memoryMeter()) {
@@ -39,26 +41,26 @@ export function guardMemory(server: ApiServer, connections: Set<Socket>, measure
     const { budget, used } = figures
     const full = Math.max(budget * FULL_SHARE, FULL_AT_LEAST)
     const available = budget - used
-    let next = state
+    let next = guard.state
     if (available < full / 2) next = 'shedding'
     else if (available > full * 1.5) next = 'taking'
-    else if (available < full || state === 'shedding') next = 'full'
+    else if (available < full || guard.state === 'shedding') next = 'full'
     // Short of memory, it holds no more connections than it held then: one that closes makes room.
     if (next === 'shedding') {
-      shed += closeIdle(connections, server, Math.ceil(connections.size * SHED_SHARE))
+      guard.shed += closeIdle(connections, server, Math.ceil(connections.size * SHED_SHARE))
       server.maxConnections = connections.size
-    } else if (next === 'full' && state === 'taking') server.maxConnections = connections.size
+    } else if (next === 'full' && guard.state === 'taking') server.maxConnections = connections.size
     else if (next === 'taking') server.maxConnections = Infinity
-    if (next !== state) {
+    if (next !== guard.state) {
       const figures = `${Math.round(used / MiB)} of ${Math.round(budget / MiB)} MiB used, ${connections.size} connections held`
       const says = {
-        taking: `taking new connections again${shed ? ` (${shed} idle ones closed meanwhile)` : ''}`,
+        taking: `taking new connections again${guard.shed ? ` (${guard.shed} idle ones closed meanwhile)` : ''}`,
         full: 'taking no more connections than it holds',
         shedding: 'closing idle connections, least recently used first',
       }
       console.warn(`memory: ${figures}; ${says[next]}`)
-      if (next === 'taking') shed = 0
-      state = next
+      if (next === 'taking') guard.shed = 0
+      guard.state = next
     }
   }
   setInterval(look, CHECK_MS).unref()

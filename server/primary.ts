@@ -1,10 +1,10 @@
 // A primary under `litestream replicate` (start.ts), seen from the server: every commit writes page 1
 // for the followers, /health and the log say how far behind the replica is, and with
-// LITESTREAM_SYNC=wait a write is answered once the replica holds it. The API knows none of this: it
-// plugs into app.ts's hooks, and wraps its fetch.
+// LITESTREAM_SYNC=wait a write is answered once the replica holds it. The API knows none of this: the
+// touch of page 1 is part of the server's setup (replicaSetup), and this wraps its fetch.
 import { request } from 'node:http'
 import type { DatabaseSync, StatementSync } from 'node:sqlite'
-import { ApiError, errorResponse, hooks, SQLITE_PATH } from '../app.ts'
+import { ApiError, errorResponse, type ServerSetup, SQLITE_PATH } from '../app.ts'
 import type { Fetch } from './api-server.ts'
 import { litestreamFiles, litestreamSocket } from './litestream.ts'
 
@@ -18,9 +18,13 @@ const REPLICA_LAG_MS = Number(process.env.REPLICA_LAG_MS || 10_000)
 
 const files = litestreamFiles(SQLITE_PATH)
 
-// Plugs the replica into the API, and has Litestream take the database before the first request.
-// `speaks`: this process says in the log how the replica is doing (one process of the service does).
-export async function plugInReplica(fetch: Fetch, speaks: boolean): Promise<Fetch> {
+// What the API adds under Litestream: each commit touches page 1.
+export const replicaSetup = (): ServerSetup => (litestreamSocket ? { beforeCommit: touchHeader } : {})
+
+// Has Litestream take the database before the first request, watches the replica from then on, and
+// wraps the API's fetch for LITESTREAM_SYNC=wait. `speaks`: this process says in the log how the
+// replica is doing (one process of the service does).
+export async function startReplicating(fetch: Fetch, speaks: boolean): Promise<Fetch> {
   if (!litestreamSocket) {
     if (SYNC_WAIT && speaks)
       console.warn(
@@ -28,8 +32,7 @@ export async function plugInReplica(fetch: Fetch, speaks: boolean): Promise<Fetc
       )
     return fetch
   }
-  logs = speaks
-  hooks.beforeCommit = touchHeader
+  replica.speaks = speaks
   await startWatchingReplica()
   return SYNC_WAIT ? answeringOnceReplicated(fetch) : fetch
 }
@@ -51,11 +54,16 @@ function touchHeader(db: DatabaseSync) {
 // Litestream's control socket is an HTTP server on a Unix socket. `GET /list` gives, for each database,
 // when the replica last took everything Litestream had: it tries every second or two, and an idle
 // database with a reachable replica counts as a success. Asking changes nothing in Litestream.
-let logs = false
-let replicaSyncedAt = Date.now() // Litestream's last success, or this process's start
-let litestreamDown: string | undefined // why Litestream did not answer
-let uploadFailed: string | undefined // why the last upload this server asked for failed
-let worstBehindMs = 0 // since the replica was last ok, for the log
+
+// The replica as this process sees it: written by watchReplica and catchUp, read by /health and the log.
+const replica = {
+  speaks: false, // this process says in the log how the replica is doing
+  syncedAt: Date.now(), // Litestream's last success, or this process's start
+  unreachable: undefined as string | undefined, // why Litestream did not answer
+  catchUpFailed: undefined as string | undefined, // why the last upload this process asked for failed
+  catchingUp: false, // an upload this process asked for is on its way
+  worstBehindMs: 0, // since the replica was last ok, for the log
+}
 
 // One request to Litestream's control socket, answered with JSON in time, or an error that says why.
 function askLitestream<T>(method: 'GET' | 'POST', path: string, timeoutMs: number, body?: object): Promise<T> {
@@ -91,7 +99,7 @@ function askLitestream<T>(method: 'GET' | 'POST', path: string, timeoutMs: numbe
 }
 
 // Litestream sends what is new in the WAL and answers once the replica holds it (`wait`).
-const sendToReplica = (timeoutMs: number) =>
+const upload = (timeoutMs: number) =>
   askLitestream('POST', '/sync', timeoutMs, { path: files.db, wait: true, timeout: Math.ceil(timeoutMs / 1000) })
 
 // What /health adds under Litestream. A replica behind does not make /health a 503: the node serves
@@ -99,9 +107,9 @@ const sendToReplica = (timeoutMs: number) =>
 export const replicaHealth = () => (litestreamSocket ? { replica: replicaState() } : {})
 
 function replicaState() {
-  const behind_ms = Date.now() - replicaSyncedAt
-  const state = litestreamDown ? 'unreachable' : behind_ms > REPLICA_LAG_MS ? 'behind' : 'ok'
-  const error = litestreamDown ?? uploadFailed
+  const behind_ms = Date.now() - replica.syncedAt
+  const state = replica.unreachable ? 'unreachable' : behind_ms > REPLICA_LAG_MS ? 'behind' : 'ok'
+  const error = replica.unreachable ?? replica.catchUpFailed
   return { state, behind_ms, ...(error && { error }) }
 }
 
@@ -124,38 +132,37 @@ async function watchReplica() {
     type List = { databases: { path: string; last_sync_at?: string }[] }
     const { databases } = await askLitestream<List>('GET', '/list', 2_000)
     const syncedAt = Date.parse(databases.find((db) => db.path === files.db)?.last_sync_at ?? '')
-    if (syncedAt > replicaSyncedAt) replicaSyncedAt = syncedAt
-    litestreamDown = undefined
+    if (syncedAt > replica.syncedAt) replica.syncedAt = syncedAt
+    replica.unreachable = undefined
   } catch (error) {
-    litestreamDown = `Litestream does not answer: ${(error as Error).message}`
+    replica.unreachable = `Litestream does not answer: ${(error as Error).message}`
   }
   const { state, behind_ms, error } = replicaState()
-  if (logs && state !== 'ok' && worstBehindMs === 0) {
+  if (replica.speaks && state !== 'ok' && replica.worstBehindMs === 0) {
     console.warn(
       `replica: ${state === 'unreachable' ? 'unreachable' : `${(behind_ms / 1000).toFixed(0)} s behind`}${error ? ` (${error})` : ''}; the writes since may be on this box only`,
     )
-  } else if (logs && state === 'ok' && worstBehindMs > 0) {
-    console.log(`replica: caught up, after ${(worstBehindMs / 1000).toFixed(1)} s behind at most`)
+  } else if (replica.speaks && state === 'ok' && replica.worstBehindMs > 0) {
+    console.log(`replica: caught up, after ${(replica.worstBehindMs / 1000).toFixed(1)} s behind at most`)
   }
-  worstBehindMs = state === 'ok' ? 0 : Math.max(worstBehindMs, behind_ms, 1)
-  if (behind_ms <= 3_000) uploadFailed = undefined
-  else if (logs && !litestreamDown && !sending) sendWhatTheReplicaLacks()
+  replica.worstBehindMs = state === 'ok' ? 0 : Math.max(replica.worstBehindMs, behind_ms, 1)
+  if (behind_ms <= 3_000) replica.catchUpFailed = undefined
+  else if (replica.speaks && !replica.unreachable && !replica.catchingUp) catchUp()
   setTimeout(watchReplica, 1_000).unref()
 }
 
 // After a failed upload Litestream waits before it tries again, twice as long each time, up to 5
 // minutes. Past 3 s behind, one process asks for the upload itself, one at a time, so the replica
 // catches up soon after the store is back.
-let sending = false
-async function sendWhatTheReplicaLacks() {
-  sending = true
+async function catchUp() {
+  replica.catchingUp = true
   try {
-    await sendToReplica(REPLICA_WAIT_MS)
-    uploadFailed = undefined
+    await upload(REPLICA_WAIT_MS)
+    replica.catchUpFailed = undefined
   } catch (error) {
-    uploadFailed = `sending to the replica failed: ${(error as Error).message}`
+    replica.catchUpFailed = `sending to the replica failed: ${(error as Error).message}`
   }
-  sending = false
+  replica.catchingUp = false
 }
 
 // LITESTREAM_SYNC=wait: a write's answer waits until the replica holds its transaction. One sync with
@@ -169,7 +176,7 @@ function answeringOnceReplicated(fetch: Fetch): Fetch {
     const response = await answer
     if (response.status !== 200 && response.status !== 201) return response
     try {
-      await replicaHolds()
+      await confirmation()
       return response
     } catch (error) {
       return errorResponse(503, (error as ApiError).message)
@@ -178,38 +185,41 @@ function answeringOnceReplicated(fetch: Fetch): Fetch {
   return (request, env) => (request.method === 'POST' ? replicated(fetch(request, env)) : fetch(request, env))
 }
 
-let awaitingReplica: { resolve: () => void; reject: (error: unknown) => void }[] = []
-let syncing = false
-let syncFailing = false // since the last sync that failed, for the log
+// The writes that wait for the replica's confirmation (LITESTREAM_SYNC=wait).
+const confirming = {
+  next: [] as { resolve: () => void; reject: (error: unknown) => void }[], // the next upload's writes
+  uploading: false, // an upload for the writes before them is on its way
+  failing: false, // since the last upload that failed, for the log
+}
 
-function replicaHolds(): Promise<void> {
+function confirmation(): Promise<void> {
   return new Promise((resolve, reject) => {
-    awaitingReplica.push({ resolve, reject })
-    if (!syncing) syncReplica()
+    confirming.next.push({ resolve, reject })
+    if (!confirming.uploading) confirmRound()
   })
 }
 
-async function syncReplica() {
-  const round = awaitingReplica
-  awaitingReplica = []
-  syncing = true
+async function confirmRound() {
+  const round = confirming.next
+  confirming.next = []
+  confirming.uploading = true
   try {
-    await sendToReplica(REPLICA_WAIT_MS)
-    if (syncFailing && logs) console.log('replica: writes are confirmed by the replica again')
-    syncFailing = false
+    await upload(REPLICA_WAIT_MS)
+    if (confirming.failing && replica.speaks) console.log('replica: writes are confirmed by the replica again')
+    confirming.failing = false
     for (const { resolve } of round) resolve()
   } catch (error) {
-    if (!syncFailing && logs)
+    if (!confirming.failing && replica.speaks)
       console.warn(
         `replica: a write was not confirmed (Litestream: ${(error as Error).message}); writes answer 503 until the replica confirms them again`,
       )
-    syncFailing = true
+    confirming.failing = true
     const refusal = new ApiError(
       503,
       'the replica did not confirm the write; it is committed here, and reaches the replica once the replica is back',
     )
     for (const { reject } of round) reject(refusal)
   }
-  syncing = false
-  if (awaitingReplica.length) syncReplica()
+  confirming.uploading = false
+  if (confirming.next.length) confirmRound()
 }

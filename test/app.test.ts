@@ -15,7 +15,7 @@ process.env.SQLITE_PATH = join(dir, 'nested', 'app.db')
 process.env.JWT_SECRET = 'a secret only these tests know'
 process.env.BUSY_TIMEOUT_MS = '200'
 const SECRET = process.env.JWT_SECRET
-const { app, openDatabase } = await import('../app.ts')
+const { app, configure, openDatabase } = await import('../app.ts')
 openDatabase() // as the start does: the missing file gets the empty schema, in a folder it makes
 // The fixture goes in through a connection of the test's own.
 const db = new DatabaseSync(process.env.SQLITE_PATH)
@@ -78,6 +78,12 @@ async function expectError(res: Response, status: number, message: string) {
   assert.match(res.headers.get('content-type') ?? '', /^application\/json/)
   assert.equal(await res.text(), JSON.stringify({ error: message }))
 }
+
+describe('a server setup (configure)', () => {
+  test('is refused once the API has opened its database without one: the open connection would not have it', () => {
+    assert.throws(() => configure({ readOnly: true }), /configure\(\) is called once, before the API opens its database/)
+  })
+})
 
 describe('GET /health', () => {
   test('answers ok with the database reachable and a whole-second uptime', async () => {

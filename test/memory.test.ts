@@ -13,12 +13,12 @@ import { serverHasRead } from './sockets.ts'
 
 const db = smallDatabase()
 process.env.SQLITE_PATH = db.path
-const { app, hooks, MAX_BODY_BYTES, openDatabase } = await import('../app.ts')
+const { app, configure, MAX_BODY_BYTES, openDatabase } = await import('../app.ts')
 const { createNodeServer } = await import('../server/node-server.ts')
 const { createWireServer } = await import('../server/wire.ts')
 const { guardMemory, memoryHealth } = await import('../server/memory.ts')
+configure({ health: memoryHealth })
 openDatabase()
-hooks.health = memoryHealth
 
 const MiB = 1024 * 1024
 let used = 0 // of a budget of 1,000 MiB: the guard's lines are at 100 MiB free, 50 and 150
@@ -59,6 +59,10 @@ async function opened(
 // Resolves once the socket has closed, if it has not already.
 const whenClosed = (socket: Socket) =>
   socket.closed ? Promise.resolve() : within(once(socket, 'close'), 5_000, 'the server to close the connection')
+
+test('a server setup is given once: a second is refused', () => {
+  assert.throws(() => configure({}), /configure\(\) is called once/)
+})
 
 test('short of memory: refuses new connections, closes idle ones oldest first, never one under way; then takes them again', async () => {
   const idle: (Socket & { text: string })[] = []
