@@ -1,5 +1,6 @@
 // What the benchmark's modes share beyond harness/ (which the tests share too): the cores, the results'
-// folder, the shipped server under measurement, wrk, the users generator, perf, and the figures' format.
+// folder, the shipped server under measurement, wrk, the users generator, perf, and the figures' format
+// (numbers, medians, colours and columns).
 import { execFileSync, spawn, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -19,6 +20,27 @@ export const log = (line: string) => console.error(line)
 // A figure as the reports print it: thousands separated, `digits` decimals.
 export const fmt = (n: number, digits = 0) =>
   n.toLocaleString('en', { minimumFractionDigits: digits, maximumFractionDigits: digits })
+
+// The middle value, or the mean of the two middle ones.
+export const median = (values: number[]) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  const middle = (sorted.length - 1) / 2
+  return (sorted[Math.floor(middle)] + sorted[Math.ceil(middle)]) / 2
+}
+
+// Columns, the first one or two left-aligned and the rest right-aligned, colours not counted.
+export function printColumns(header: string[], lines: string[][], left = 1) {
+  const visible = (s: string) => s.replace(/\x1b\[\d+m/g, '').length
+  const widths = header.map((h, i) => Math.max(visible(h), ...lines.map((l) => visible(l[i]))))
+  const pad = (c: string, i: number) => ' '.repeat(widths[i] - visible(c))
+  const row = (cells: string[]) =>
+    cells
+      .map((c, i) => (i < left ? c + pad(c, i) : pad(c, i) + c))
+      .join('  ')
+      .trimEnd()
+  console.log(row(header))
+  for (const l of lines) console.log(row(l))
+}
 
 const color = (code: number) => (text: string) => (process.stdout.isTTY ? `\x1b[${code}m${text}\x1b[0m` : text)
 export const red = color(31)

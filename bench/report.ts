@@ -4,15 +4,9 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { ROOT } from '../harness/tools.ts'
 import { renderChart } from './chart.ts'
-import { fmt, log, red, yellow } from './lib.ts'
+import { fmt, log, median, printColumns, red, yellow } from './lib.ts'
 import { type Endpoint, LABEL, type Saturation } from './saturation.ts'
 import type { summarizeHolds } from './users-report.ts'
-
-export const median = (values: number[]) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  const middle = (sorted.length - 1) / 2
-  return (sorted[Math.floor(middle)] + sorted[Math.ceil(middle)]) / 2
-}
 
 export function summarize(runs: Saturation[], endpoint: Endpoint, variant: string) {
   const mine = runs.filter((r) => r.endpoint === endpoint && r.variant === variant)
@@ -80,20 +74,6 @@ export function printTable(rows: Summary[], c0: number) {
     ]
   })
   printColumns(header, lines, 2)
-}
-
-// Columns, the first one or two left-aligned and the rest right-aligned, colours not counted.
-export function printColumns(header: string[], lines: string[][], left = 1) {
-  const visible = (s: string) => s.replace(/\x1b\[\d+m/g, '').length
-  const widths = header.map((h, i) => Math.max(visible(h), ...lines.map((l) => visible(l[i]))))
-  const pad = (c: string, i: number) => ' '.repeat(widths[i] - visible(c))
-  const row = (cells: string[]) =>
-    cells
-      .map((c, i) => (i < left ? c + pad(c, i) : pad(c, i) + c))
-      .join('  ')
-      .trimEnd()
-  console.log(row(header))
-  for (const l of lines) console.log(row(l))
 }
 
 // users: the users holds' settings, and ours' medians over them (none without the holds).

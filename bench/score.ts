@@ -24,7 +24,7 @@ import { CACHE, type Seed } from '../harness/seed.ts'
 import type { Server } from '../harness/server.ts'
 import { ROOT } from '../harness/tools.ts'
 import { type Arrival, startUsers, type Tally, USER_RATE } from './hold.ts'
-import { benchServer, commitOf, fmt, LOAD_CORE, log, prepare, RESULTS, resultsFile, WORKDIR } from './lib.ts'
+import { benchServer, commitOf, fmt, LOAD_CORE, log, median, prepare, RESULTS, resultsFile, WORKDIR } from './lib.ts'
 import { SCORE_FILE, scoreLine } from './report.ts'
 import { saturate, settingsOf, type Variant } from './saturation.ts'
 
@@ -532,11 +532,6 @@ async function processesBench({
       const held = await level(s, users, `${count} process${count > 1 ? 'es' : ''}`, lengths, nofileFor(users, count))
       runs.push({ round, flags: flags.join(' '), count, level: held })
     }
-  }
-  const median = (values: number[]) => {
-    const sorted = [...values].sort((a, b) => a - b)
-    const middle = (sorted.length - 1) / 2
-    return (sorted[Math.floor(middle)] + sorted[Math.ceil(middle)]) / 2
   }
   console.log(`${fmt(users)} users, ${lengths.ramp} s ramp, ${lengths.hold} s hold, ${rounds} rounds; medians:`)
   const lines = variants.map(({ flags, count }) => {

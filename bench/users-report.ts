@@ -1,8 +1,7 @@
 // The users comparison's report: each variant's medians over its rounds, its ratios to ours round by
 // round (the A/A first, to read them against), and its CPU a request over the floors'.
 import { PER_GENERATOR } from './hold.ts'
-import { fmt, green, red, yellow } from './lib.ts'
-import { median, printColumns } from './report.ts'
+import { fmt, green, median, printColumns, red, yellow } from './lib.ts'
 import type { Variant } from './saturation.ts'
 import type { Hold, UsersSettings } from './users-comparison.ts'
 
