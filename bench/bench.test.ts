@@ -14,7 +14,8 @@ import { freshSeededCopy } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
 import { ROOT } from '../harness/tools.ts'
 import { countSyscalls } from './lib.ts'
-import { confirm, k6Percentile, levelsOfLog, limitOf, type Scoring, search } from './score.ts'
+import { k6Percentile, levelsOfLog, limitOf, type Scoring } from './score-level.ts'
+import { confirm, search } from './score-search.ts'
 import { send, sequence } from './sequence.ts'
 
 const hasWrk = spawnSync('which', ['wrk']).status === 0

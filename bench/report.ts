@@ -1,10 +1,11 @@
 // The comparison's report at saturation: each endpoint's medians over the rounds, the ratios to ours,
 // and --record's row in BENCHMARKS.md with the chart redrawn; the chart's caption leads with the score.
-import { existsSync, readFileSync, writeFileSync } from 'node:fs'
+import { readFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { ROOT } from '../harness/tools.ts'
 import { renderChart } from './chart.ts'
 import { fmt, log, median, printColumns, red, yellow } from './lib.ts'
+import { scoreLine } from './score-report.ts'
 import { type Endpoint, LABEL, type Saturation } from './saturation.ts'
 import type { summarizeHolds } from './users-report.ts'
 
@@ -114,16 +115,4 @@ export function recordInBenchmarks(result: Record<string, any>, rows: Summary[],
   const charted = rows.filter((r) => r.variant === 'ours' || r.variant === 'ceiling')
   writeFileSync(join(ROOT, 'bench', 'chart.svg'), renderChart(charted, c0, caption))
   log('bench: recorded a row in BENCHMARKS.md and redrew bench/chart.svg')
-}
-
-// The chart says the measured score first, then the estimate, then its own run: bench/score.json is
-// what --score --record last measured.
-export const SCORE_FILE = join(ROOT, 'bench', 'score.json')
-export function scoreLine() {
-  if (!existsSync(SCORE_FILE)) return ''
-  const s = JSON.parse(readFileSync(SCORE_FILE, 'utf8'))
-  return (
-    `score ${fmt(s.score)} users measured in the box's limits (${s.date.slice(0, 10)}, ${s.commit}${s.full ? ', --full' : ''}); ` +
-    `estimate from CPU ${fmt(s.estimate)}. Chart: `
-  )
 }
