@@ -130,7 +130,7 @@ export function memoryCgroup(): { dir?: string; note: string } {
 }
 
 // Every syscall the processes' threads enter from now until stop(), counted by perf on the load core
-// (`perf stat -e raw_syscalls:sys_enter -p <pids>`, as bench/instructions.ts counts them). Where perf is
+// (`perf stat -e raw_syscalls:sys_enter -p <pids>`, as bench/instructions-count.ts counts them). Where perf is
 // missing or cannot count here, stop() gives no count and says why, and nothing fails. Counting costs
 // each syscall a little kernel time, which the server's sys time includes.
 export function countSyscalls(pids: number[]): { stop: () => Promise<{ count?: number; note?: string }> } {
