@@ -7,6 +7,7 @@
 // to find (issue 36). The feed is the exception, in its reference form: ours
 // reads it by rowid range when it can (app.ts), which is ours, not the stack's. bench/bench.test.ts
 // holds each floor to the goldens and to ours' answers, so a statement that drifts from app.ts's fails there.
+// bench/cluster.ts times the post statement alone, this one.
 import { createHmac, timingSafeEqual } from 'node:crypto'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { DEFAULT_SECRET } from '../harness/seed.ts'
