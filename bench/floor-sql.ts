@@ -12,7 +12,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto'
 import { DatabaseSync, type StatementSync } from 'node:sqlite'
 import { DEFAULT_SECRET } from '../harness/seed.ts'
 
-export const FEED = `
+const FEED = `
   SELECT json_object('posts', json_group_array(json_object(
            'id', p.id, 'body', p.body, 'created_at', p.created_at, 'author', u.username,
            'like_count', (SELECT count(*) FROM likes AS l WHERE l.post_id = p.id)
@@ -29,16 +29,16 @@ export const POST = `
         FROM posts AS p
         WHERE p.id = ?`
 
-export const POST_EXISTS = 'SELECT 1 FROM posts WHERE id = ?'
+const POST_EXISTS = 'SELECT 1 FROM posts WHERE id = ?'
 
-export const INSERT_POST = `
+const INSERT_POST = `
         INSERT INTO posts (user_id, body) VALUES ($userId, $body)
         RETURNING json_object('post', json_object(
           'id', id, 'body', body, 'created_at', created_at, 'author', $author, 'like_count', 0
         )) AS json`
 
 // Inserts only when the post exists, and ignores a repeated like.
-export const INSERT_LIKE = 'INSERT OR IGNORE INTO likes (user_id, post_id) SELECT ?, id FROM posts WHERE id = ?'
+const INSERT_LIKE = 'INSERT OR IGNORE INTO likes (user_id, post_id) SELECT ?, id FROM posts WHERE id = ?'
 
 // The floor's one connection and its statements, each write in its own autocommit; rows as arrays, as
 // ours reads them (node:sqlite makes an array for less than an object with the columns' names).

@@ -10,7 +10,7 @@ import { readIntoOneBuffer } from '../server/read-buffer.ts'
 
 export type WireRequest = { method: string; target: string; fields: Map<string, string>; body: Buffer }
 export type WireAnswer = { status: number; body: string }
-export type Handler = (request: WireRequest) => WireAnswer | Promise<WireAnswer>
+type Handler = (request: WireRequest) => WireAnswer | Promise<WireAnswer>
 
 // node:http's --max-http-header-size; ours refuses a larger body (a 413), which the benchmark never sends.
 const MAX_HEAD_BYTES = 16 * 1024

@@ -14,7 +14,7 @@ import type { Kind } from './sequence.ts'
 const FLOOR = { warm: 0.01, first: 0.01, syscalls: 0.02, cpu: 0.05, alloc: 0.02 }
 const BASELINE = join(ROOT, 'bench', 'instructions.json')
 
-export const pct = (x: number) => `${x >= 0 ? '+' : ''}${(100 * x).toFixed(2)}%`
+const pct = (x: number) => `${x >= 0 ? '+' : ''}${(100 * x).toFixed(2)}%`
 
 export type Table = Record<string, Record<string, Figures>> // target -> kind -> figures
 

@@ -10,7 +10,7 @@ import type { Server } from '../harness/server.ts'
 import { ROOT } from '../harness/tools.ts'
 import { benchServer, LOAD_CORE, WORKDIR, wrk, type WrkResult } from './lib.ts'
 
-export const ENDPOINTS = ['ceiling', 'feed', 'post', 'like', 'create', 'mix'] as const
+const ENDPOINTS = ['ceiling', 'feed', 'post', 'like', 'create', 'mix'] as const
 export type Endpoint = (typeof ENDPOINTS)[number]
 export const LABEL: Record<Endpoint, string> = {
   ceiling: 'ceiling: node:http, constant feed body',

@@ -131,7 +131,7 @@ function printLevels(levels: Level[]) {
 
 // The chart says the measured score first, then the estimate, then its own run: bench/score.json is
 // what --score --record last measured.
-export const SCORE_FILE = join(ROOT, 'bench', 'score.json')
+const SCORE_FILE = join(ROOT, 'bench', 'score.json')
 export function scoreLine() {
   if (!existsSync(SCORE_FILE)) return ''
   const s = JSON.parse(readFileSync(SCORE_FILE, 'utf8'))

@@ -7,7 +7,7 @@
 // connections at all; none holds 15,000 connections that each send one request every 9 s or so.
 //
 //   node bench/users.ts --url http://127.0.0.1:3000 --connections 15000 --idle 5 --hold 60 \
-//     --tokens tokens.txt [--posts 500000] [--think-scale 1] [--ramp 0]
+//     --tokens tokens.txt [--think-scale 1] [--ramp 0]
 //     [--latencies file.json]   (every latency, sorted, for a caller that merges several generators)
 //     [--interval 60]           (also prints {"event":"interval",...} every so many seconds of the hold)
 //
@@ -30,7 +30,6 @@ const { values: opts } = parseArgs({
     idle: { type: 'string', default: '5' },
     hold: { type: 'string', default: '60' },
     tokens: { type: 'string' },
-    posts: { type: 'string', default: '500000' },
     'think-scale': { type: 'string', default: '1' },
     ramp: { type: 'string', default: '0' },
     latencies: { type: 'string' },
@@ -41,7 +40,6 @@ const { values: opts } = parseArgs({
 const url = new URL(opts.url!)
 const CONNECTIONS = Number(opts.connections)
 const TOKENS = readFileSync(opts.tokens!, 'utf8').trim().split('\n')
-const POSTS = Number(opts.posts)
 // Multiplies every think time: 1 is the challenge; the harness's own tests use less to finish quickly.
 const THINK_SCALE = Number(opts['think-scale'])
 const RAMP_S = Number(opts.ramp)
