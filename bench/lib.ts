@@ -1,7 +1,7 @@
 // What the benchmark's modes share beyond harness/ (which the tests share too): the cores, the results'
 // folder, the shipped server under measurement, wrk, the users generator, perf, and the figures' format
 // (numbers, medians, colours and columns).
-import { execFileSync, spawn, spawnSync } from 'node:child_process'
+import { execFileSync, spawn, type SpawnOptions, spawnSync } from 'node:child_process'
 import { once } from 'node:events'
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -14,6 +14,10 @@ export const RESULTS = join(ROOT, 'bench', 'results')
 export const SERVER_CORE = '1'
 export const LOAD_CORE = '0'
 const MEMORY_LIMIT = 2 * 1024 ** 3 // the challenge box's RAM
+
+// A command on the load core, away from the server's: wrk, the users generators, perf, k6.
+export const onLoadCore = (argv: string[], options: SpawnOptions) =>
+  spawn('taskset', ['-c', LOAD_CORE, ...argv], options)
 
 export const sh = (cmd: string, argv: string[], cwd = ROOT) => execFileSync(cmd, argv, { cwd, encoding: 'utf8' }).trim()
 export const log = (line: string) => console.error(line)
@@ -136,11 +140,9 @@ export function memoryCgroup(): { dir?: string; note: string } {
 export function countSyscalls(pids: number[]): { stop: () => Promise<{ count?: number; note?: string }> } {
   if (spawnSync('which', ['perf']).status !== 0)
     return { stop: async () => ({ note: 'perf is not installed (apt-get install linux-perf)' }) }
-  const perf = spawn(
-    'taskset',
-    ['-c', LOAD_CORE, 'perf', 'stat', '-x,', '-e', 'raw_syscalls:sys_enter', '-p', pids.join(',')],
-    { stdio: ['ignore', 'ignore', 'pipe'] },
-  )
+  const perf = onLoadCore(['perf', 'stat', '-x,', '-e', 'raw_syscalls:sys_enter', '-p', pids.join(',')], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  })
   let output = ''
   perf.stderr!.on('data', (chunk) => (output += chunk))
   const exited = once(perf, 'exit').catch(() => {})
@@ -263,11 +265,8 @@ export async function wrk(
   tokens: string,
   { connections = 64, timeoutS = 2 } = {},
 ): Promise<WrkResult> {
-  const child = spawn(
-    'taskset',
+  const child = onLoadCore(
     [
-      '-c',
-      LOAD_CORE,
       'wrk',
       '-t1',
       `-c${connections}`,
@@ -286,7 +285,7 @@ export async function wrk(
     },
   )
   let output = ''
-  child.stdout.on('data', (chunk) => (output += chunk))
+  child.stdout!.on('data', (chunk) => (output += chunk))
   const samples: [number, number][] = []
   const sampler = setInterval(() => {
     try {
@@ -315,11 +314,8 @@ export function usersGenerator(o: {
   ramp: number
   loopOnArrival?: boolean
 }) {
-  const child = spawn(
-    'taskset',
+  const child = onLoadCore(
     [
-      '-c',
-      LOAD_CORE,
       process.execPath,
       join(ROOT, 'bench', 'users.ts'),
       '--url',
@@ -343,7 +339,7 @@ export function usersGenerator(o: {
   const events: Record<string, any>[] = []
   let buffered = ''
   const waiters: (() => void)[] = []
-  child.stdout.on('data', (chunk) => {
+  child.stdout!.on('data', (chunk) => {
     buffered += chunk
     const lines = buffered.split('\n')
     buffered = lines.pop()!

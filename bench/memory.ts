@@ -10,7 +10,6 @@
 // /proc/self/smaps (glibc's brk heap apart from the other anonymous maps, where mimalloc's are); with
 // --snapshot, a heap snapshot too, whose objects are counted by constructor. The kernel's share is the
 // cgroup's kmem. Each server runs as the benchmark's do, with the image's allocator (lib.ts).
-import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync, mkdirSync, readFileSync, rmdirSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -20,7 +19,7 @@ import { parseArgs } from 'node:util'
 import { type Seed, seededDatabase } from '../harness/seed.ts'
 import { shippedNodeFlags } from '../harness/server.ts'
 import { ROOT } from '../harness/tools.ts'
-import { benchServer, LOAD_CORE, log, memoryCgroup, WORKDIR } from './lib.ts'
+import { benchServer, log, memoryCgroup, onLoadCore, WORKDIR } from './lib.ts'
 
 const { values: args } = parseArgs({
   options: {
@@ -101,11 +100,8 @@ function countObjects(snap: {
 
 async function flood(url: string) {
   const { hostname, port } = new URL(url)
-  const child = spawn(
-    'taskset',
+  const child = onLoadCore(
     [
-      '-c',
-      LOAD_CORE,
       process.execPath,
       join(ROOT, 'harness', 'idle-flood.ts'),
       '--port',

@@ -1,7 +1,6 @@
 // npm run bench -- --score --k6 <k6 binary> (bench/score.ts): the score's users generator checked
 // against the real k6 running load.js, at one level both can drive, each on a fresh server in the box's
 // limits as a level of the score runs it.
-import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
@@ -9,8 +8,8 @@ import { cpuTicks, TICK_US } from '../harness/proc.ts'
 import { CACHE, type Seed } from '../harness/seed.ts'
 import { ROOT } from '../harness/tools.ts'
 import { startUsers, USER_RATE } from './hold.ts'
-import { benchServer, fmt, LOAD_CORE } from './lib.ts'
-import { boxCgroup, k6Percentile } from './score-level.ts'
+import { fmt, onLoadCore } from './lib.ts'
+import { boxedServer, k6Percentile } from './score-level.ts'
 
 // The users generator against the real k6 at one level both can drive: the same users, ramp and hold,
 // each on a fresh server in the same limits, both measured over the hold only (k6's from its CSV of
@@ -49,13 +48,7 @@ async function k6Hold({ seed, flags, k6, users, ramp, hold }: Check) {
     ),
   )
   const csv = join(CACHE, `k6-requests-${process.pid}.csv`)
-  const cgroup = boxCgroup('k6')
-  const server = await benchServer(join(ROOT, 'dist', 'app.js'), {
-    flags,
-    seed,
-    cgroup: cgroup.dir,
-    env: { HOST: '0.0.0.0' },
-  })
+  const { cgroup, server } = await boxedServer('k6', { seed, flags })
   try {
     const child = runK6(
       k6,
@@ -95,8 +88,8 @@ async function k6Hold({ seed, flags, k6, users, ramp, hold }: Check) {
 // k6 running load.js on the load core with `env` as its -e settings, every request written to `csv`.
 function runK6(k6: string, env: Record<string, string>, csv: string) {
   const settings = Object.entries(env).flatMap(([name, value]) => ['-e', `${name}=${value}`])
-  const args = ['-c', LOAD_CORE, k6, 'run', '--quiet', '--no-color', '--out', `csv=${csv}`, ...settings]
-  return spawn('taskset', [...args, join(ROOT, 'load.js')], {
+  const args = [k6, 'run', '--quiet', '--no-color', '--out', `csv=${csv}`, ...settings]
+  return onLoadCore([...args, join(ROOT, 'load.js')], {
     stdio: ['ignore', 'ignore', 'inherit'],
     env: { ...process.env, K6_NO_USAGE_REPORT: 'true' },
   })
@@ -126,13 +119,7 @@ function readK6Csv(csv: string, ramp: number, hold: number) {
 
 // Ours, the same way as a level of the score.
 async function oursHold({ seed, flags, users, ramp, hold }: Check) {
-  const cgroup = boxCgroup('ours')
-  const server = await benchServer(join(ROOT, 'dist', 'app.js'), {
-    flags,
-    seed,
-    cgroup: cgroup.dir,
-    env: { HOST: '0.0.0.0' },
-  })
+  const { cgroup, server } = await boxedServer('ours', { seed, flags })
   const usersHold = startUsers({ url: server.url, users, tokens: seed.tokens, ramp, hold })
   try {
     const arrival = await usersHold.arrived()

@@ -153,8 +153,22 @@ export type Scoring = {
   remaining: () => number
 }
 
-// One level: the server as shipped (its Node flags, WORKERS unset) on the server core, in a box's
-// cgroup, under a limit of open files when given one; the users on the other core (bench/hold.ts).
+// The server as shipped (its Node flags, WORKERS unset) on the server core, listening on every address,
+// in a box's cgroup of its own, under a limit of open files when given one.
+export async function boxedServer(
+  name: string,
+  { seed, flags, nofile }: { seed: Seed; flags: string[]; nofile?: number },
+) {
+  const cgroup = boxCgroup(name)
+  const node = nofile ? 'prlimit' : process.execPath
+  const nodeFlags = nofile ? [`--nofile=${nofile}`, process.execPath, ...flags] : flags
+  const shipped = { node, flags: nodeFlags, seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } }
+  const server: Server = await benchServer(join(ROOT, 'dist', 'app.js'), shipped)
+  return { cgroup, server }
+}
+
+// One level: the boxed server, and the users on the other core (bench/hold.ts), measured over the hold;
+// or, resuming, the level the log has next.
 export async function level(
   s: Scoring,
   users: number,
@@ -163,22 +177,10 @@ export async function level(
   nofile?: number,
 ): Promise<Level> {
   const { ramp, hold } = lengths
-  const recorded = s.replay.shift()
-  if (recorded) {
-    if (recorded.users !== users || recorded.phase !== phase) {
-      throw new Error(
-        `--resume: the log's next level is ${recorded.phase} at ${recorded.users}, the run's ${phase} at ${users}`,
-      )
-    }
-    s.levels.push(recorded)
-    return recorded
-  }
-  const cgroup = boxCgroup(String(s.levels.length))
-  const node = nofile ? 'prlimit' : process.execPath
-  const nodeFlags = nofile ? [`--nofile=${nofile}`, process.execPath, ...s.flags] : s.flags
-  const shipped = { node, flags: nodeFlags, seed: s.seed, cgroup: cgroup.dir, env: { HOST: '0.0.0.0' } }
-  const server: Server = await benchServer(join(ROOT, 'dist', 'app.js'), shipped)
-  const levelStarted = performance.now()
+  const recorded = replayed(s, users, phase)
+  if (recorded) return recorded
+  const { cgroup, server } = await boxedServer(String(s.levels.length), { seed: s.seed, flags: s.flags, nofile })
+  const at = { users, phase, ramp, hold, started: performance.now() }
   // The copy of the seed was written from here: out of the page cache with it, so that the server's
   // reads are charged to its cgroup, as the box's page cache is to the box.
   execFileSync('dd', [`if=${join(WORKDIR, 'feed.db')}`, 'iflag=nocache', 'count=0', 'status=none'])
@@ -189,16 +191,7 @@ export async function level(
   const sample = () => {
     memory.sample()
     cpu.sample()
-    const inPhase = (performance.now() - phaseOf.started) / 1000
-    const length = phaseOf.name === 'ramp' ? ramp : hold
-    const processes = memory.processes
-    const left = s.remaining() + Math.max(0, ramp + hold - (performance.now() - levelStarted) / 1000)
-    s.p.say(
-      `${phase}: ${fmt(users)} users, ${phaseOf.name} ${fmt(Math.min(inPhase, length))}/${length} s, ` +
-        `${processes} process${processes > 1 ? 'es' : ''}, ${fmt(memory.peak / 2 ** 20)} MiB; ` +
-        `${clock(s.p.elapsed())} elapsed, about ${clock(left)} left`,
-      `${phase} ${users} ${phaseOf.name}`,
-    )
+    sayProgress(s, at, phaseOf, memory)
   }
   const sampler = setInterval(sample, 1000)
   try {
@@ -210,7 +203,7 @@ export async function level(
     const wall = (performance.now() - holdStarted) / 1000
     const cpuUs = cpu.used() * TICK_US
     sample()
-    const result = levelOf({ users, phase, ramp, hold }, { arrival, tally, wall, cpuUs, memory, server, cgroup })
+    const result = levelOf(at, { arrival, tally, wall, cpuUs, memory, server, cgroup })
     s.levels.push(result)
     appendFileSync(s.logFile, `${JSON.stringify(result)}\n`)
     return result
@@ -220,6 +213,38 @@ export async function level(
     await server.stop().catch(() => {})
     cgroup.remove()
   }
+}
+
+// Resuming: the log's next level, which must be the one the run asks for.
+function replayed(s: Scoring, users: number, phase: string) {
+  const recorded = s.replay.shift()
+  if (recorded && (recorded.users !== users || recorded.phase !== phase)) {
+    throw new Error(
+      `--resume: the log's next level is ${recorded.phase} at ${recorded.users}, the run's ${phase} at ${users}`,
+    )
+  }
+  if (recorded) s.levels.push(recorded)
+  return recorded
+}
+
+// The progress line of a level under way: how far into its phase, its processes and memory so far, and
+// about how long the run has left.
+function sayProgress(
+  s: Scoring,
+  { users, phase, ramp, hold, started }: At & { started: number },
+  phaseOf: { name: string; started: number },
+  memory: { processes: number; peak: number },
+) {
+  const inPhase = (performance.now() - phaseOf.started) / 1000
+  const length = phaseOf.name === 'ramp' ? ramp : hold
+  const processes = memory.processes
+  const left = s.remaining() + Math.max(0, ramp + hold - (performance.now() - started) / 1000)
+  s.p.say(
+    `${phase}: ${fmt(users)} users, ${phaseOf.name} ${fmt(Math.min(inPhase, length))}/${length} s, ` +
+      `${processes} process${processes > 1 ? 'es' : ''}, ${fmt(memory.peak / 2 ** 20)} MiB; ` +
+      `${clock(s.p.elapsed())} elapsed, about ${clock(left)} left`,
+    `${phase} ${users} ${phaseOf.name}`,
+  )
 }
 
 // The levels of an interrupted run's log (one JSON line each, after the run's own), refused where the

@@ -31,7 +31,7 @@ export async function processesBench({
 }) {
   const logFile = join(RESULTS, `${new Date().toISOString().replace(/[:.]/g, '-')}-${commit}-processes.log`)
   const lengths = lengthsOf(true).search
-  const runs: { round: number; flags: string; count: number; level: Level }[] = []
+  const runs: Held[] = []
   const variants = flagSets.flatMap((flags) => counts.map((count) => ({ flags, count })))
   for (let round = 0; round < rounds; round++) {
     const order = round % 2 ? [...variants].reverse() : variants
@@ -50,31 +50,37 @@ export async function processesBench({
     }
   }
   console.log(`${fmt(users)} users, ${lengths.ramp} s ramp, ${lengths.hold} s hold, ${rounds} rounds; medians:`)
-  const lines = variants.map(({ flags, count }) => {
-    const mine = runs.filter((r) => r.count === count && r.flags === flags.join(' '))
-    const ratios = mine.map((r) => {
-      const one = runs.find((o) => o.round === r.round && o.flags === r.flags && o.count === counts[0])!
-      return r.level.cpu_us / one.level.cpu_us
-    })
-    const line = {
-      flags: flags.join(' '),
-      processes: count,
-      held_by: median(mine.map((r) => r.level.processes)),
-      cpu_us: median(mine.map((r) => r.level.cpu_us)),
-      p99_ms: median(mine.map((r) => r.level.p99_ms)),
-      memory_peak_mb: median(mine.map((r) => r.level.memory_peak_mb)),
-      ratio: median(ratios),
-      ratios,
-      passed: mine.every((r) => r.level.pass),
-    }
-    console.log(
-      `  ${line.flags || '(no flags)'}, ${count} process${count > 1 ? 'es' : ''} (${line.held_by} seen): ` +
-        `${fmt(line.cpu_us, 1)} us a request, ${fmt(line.ratio, 3)} x ${counts[0]}'s (rounds ${ratios.map((r) => fmt(r, 3)).join(', ')}), ` +
-        `p99 ${fmt(line.p99_ms, 1)} ms, ${fmt(line.memory_peak_mb)} MiB${line.passed ? '' : ', a hold FAILED'}`,
-    )
-    return line
-  })
+  const lines = variants.map(({ flags, count }) => printVariant(runs, flags.join(' '), count, counts[0]))
   return { users, rounds, lengths, lines, runs }
+}
+
+type Held = { round: number; flags: string; count: number; level: Level }
+
+// One variant's medians over the rounds, and its CPU a request against the first count's, each round's
+// pair alone.
+function printVariant(runs: Held[], flags: string, count: number, first: number) {
+  const mine = runs.filter((r) => r.count === count && r.flags === flags)
+  const ratios = mine.map((r) => {
+    const one = runs.find((o) => o.round === r.round && o.flags === r.flags && o.count === first)!
+    return r.level.cpu_us / one.level.cpu_us
+  })
+  const line = {
+    flags,
+    processes: count,
+    held_by: median(mine.map((r) => r.level.processes)),
+    cpu_us: median(mine.map((r) => r.level.cpu_us)),
+    p99_ms: median(mine.map((r) => r.level.p99_ms)),
+    memory_peak_mb: median(mine.map((r) => r.level.memory_peak_mb)),
+    ratio: median(ratios),
+    ratios,
+    passed: mine.every((r) => r.level.pass),
+  }
+  console.log(
+    `  ${line.flags || '(no flags)'}, ${count} process${count > 1 ? 'es' : ''} (${line.held_by} seen): ` +
+      `${fmt(line.cpu_us, 1)} us a request, ${fmt(line.ratio, 3)} x ${first}'s (rounds ${ratios.map((r) => fmt(r, 3)).join(', ')}), ` +
+      `p99 ${fmt(line.p99_ms, 1)} ms, ${fmt(line.memory_peak_mb)} MiB${line.passed ? '' : ', a hold FAILED'}`,
+  )
+  return line
 }
 
 // The cost of the processes a score needed here beyond the box's: none where the box needs as many;

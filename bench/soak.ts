@@ -3,14 +3,14 @@
 // slope of RSS and of p99 over the run (least squares), with a verdict.
 //
 //   npm run test:soak [-- --minutes 30] [--users 10000]
-import { execFileSync, spawn } from 'node:child_process'
+import { execFileSync } from 'node:child_process'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { treeMemoryKb } from '../harness/proc.ts'
 import { seededDatabase } from '../harness/seed.ts'
 import { shippedNodeFlags } from '../harness/server.ts'
 import { ROOT } from '../harness/tools.ts'
-import { benchServer, ensureTools, LOAD_CORE, log } from './lib.ts'
+import { benchServer, ensureTools, log, onLoadCore } from './lib.ts'
 
 const { values: args } = parseArgs({
   options: { minutes: { type: 'string', default: '30' }, users: { type: 'string', default: '10000' } },
@@ -38,11 +38,8 @@ const server = await benchServer(join(ROOT, 'dist', 'app.js'), { flags: shippedN
 log(
   `soak: ${USERS.toLocaleString('en')} users running the k6 loop for ${MINUTES} minutes (about ${Math.round(USERS * 0.106)} requests/s)`,
 )
-const generator = spawn(
-  'taskset',
+const generator = onLoadCore(
   [
-    '-c',
-    LOAD_CORE,
     process.execPath,
     join(ROOT, 'bench', 'users.ts'),
     '--url',
@@ -66,7 +63,7 @@ const generator = spawn(
 const rows: { minute: number; rss: number; p99: number; answered: number; errors: number }[] = []
 let buffered = ''
 let failed = false
-generator.stdout.on('data', (chunk) => {
+generator.stdout!.on('data', (chunk) => {
   buffered += chunk
   const lines = buffered.split('\n')
   buffered = lines.pop()!
