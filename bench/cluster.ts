@@ -6,7 +6,8 @@
 //
 //   1. the post statement alone on the follower's file, its Litestream following, against a plain file
 //   2. the mix at saturation, 2,000 connections (a forwarded write holds its connection for about the
-//      lag): a plain file, the follower (its writes forwarded to the primary, on the other core)
+//      lag): a plain file, the follower (its writes forwarded to the primary, on the other core); then
+//      10,000 of the challenge's users on each, the same rate on both (bench/users.ts)
 //   3. one write at a time, forwarded by the follower and sent to the primary: latency, CPU of each process
 //   4. lag: from a new post's 201 on the primary to the follower's file holding it, idle and at the
 //      challenge's write rate; 1 to 4 with Litestream's defaults (1 s), 3 and 4 again with a 100 ms sync
@@ -26,6 +27,7 @@ import { until } from '../harness/time.ts'
 import { LITESTREAM, ROOT } from '../harness/tools.ts'
 import { lag, lagText, oneAtATime, randomPost, writeText } from './cluster-writes.ts'
 import { POST } from './floor-sql.ts'
+import { startUsers, USER_RATE } from './hold.ts'
 import { benchServer, commitOf, fmt, LOAD_CORE, log, prepare, red, resultsFile, SERVER_CORE, wrk } from './lib.ts'
 
 // Moves a running process, every thread of it, to these cores.
@@ -106,7 +108,6 @@ async function saturate(
 ): Promise<Saturation> {
   const options = { connections, timeoutS: connections > 64 ? 10 : 2 }
   await wrk(url, kind, run.warmupS, run.seed.tokens, options)
-  const ticks = (of: () => number[]) => of().reduce((sum, pid) => sum + treeCpuTicks(pid), 0)
   const before = [ticks(pids), ticks(others)]
   const result = await wrk(url, kind, run.measureS, run.seed.tokens, options)
   const [cpu, othersCpu] = [ticks(pids) - before[0], ticks(others) - before[1]].map((t) => t * TICK_US)
@@ -125,6 +126,9 @@ async function saturate(
     load_cpu: result.loadCpu,
   }
 }
+
+// CPU ticks of the processes, their trees included.
+const ticks = (of: () => number[]) => of().reduce((sum, pid) => sum + treeCpuTicks(pid), 0)
 
 // CPU ticks of a node's processes by kind: Litestream's, and the rest (Node: the API, and start.ts).
 function ticksOf(pid: number, litestream: boolean) {
@@ -175,7 +179,7 @@ async function followersBench(run: Run, flags: string[], plain: string, dir: str
       console.log(`\n  ${setting.name}`)
       if (n === 0) {
         const first = await statementAndMix(run, { flags, plain, primary, follower, followerDb })
-        Object.assign(result, { statement: first.statement, mix: first.mix })
+        Object.assign(result, { statement: first.statement, mix: first.mix, users: first.users })
         errors += first.errors
       }
       const later = await writesAndLag(run, { n, primary, follower, followerDb })
@@ -223,8 +227,7 @@ async function startPair(run: Run, { flags, dir, n, setting }: Setting, started:
 }
 
 // 1. The statement alone on the follower's file, and on a plain copy, in this process; 2. the mix: a
-// plain file, then the follower; 2,000 connections each, so that the writes waiting a second or two
-// for the follower to have them leave enough connections to saturate it.
+// plain file, then the follower, 2,000 connections each, then the challenge's users on each.
 type Plain = Pair & { flags: string[]; plain: string }
 
 async function statementAndMix(run: Run, { flags, plain, primary, follower, followerDb }: Plain) {
@@ -264,7 +267,57 @@ async function statementAndMix(run: Run, { flags, plain, primary, follower, foll
     "     the primary (its API and Litestream), taking the follower's writes: " +
       `${fmt(primaryUs, 1)} us a follower request`,
   )
-  return { statement, mix, errors: Object.values(mix).reduce((sum, r) => sum + r.errors, 0) }
+  const users = {
+    'plain file': await usersOnPlain(run, flags, plain),
+    follower: await usersCost(run, follower.url, () => [follower.pid], () => [primary.pid]),
+  }
+  console.log(`     ${fmt(HOLD_USERS)} users on each (${fmt(HOLD_USERS * USER_RATE)} requests a second):`)
+  printMix(users)
+  const errors = [...Object.values(mix), ...Object.values(users)].reduce((sum, r) => sum + r.errors, 0)
+  return { statement, mix, users, errors }
+}
+
+// The challenge's users at one rate on both: CPU a request where neither is saturated. At wrk's
+// saturation the follower's connections wait on their forwarded writes, so its core is not full and
+// each request pays what a request alone costs; the plain file's, full, share their costs.
+const HOLD_USERS = 10_000
+
+async function usersOnPlain(run: Run, flags: string[], plain: string): Promise<Saturation> {
+  const app = join(import.meta.dirname, '..', 'dist', 'app.js')
+  const server = await benchServer(app, { flags, env: { SQLITE_PATH: plain } })
+  try {
+    return await usersCost(run, server.url, () => [server.pid])
+  } finally {
+    await server.stop()
+  }
+}
+
+async function usersCost(run: Run, url: string, pids: () => number[], others = () => [] as number[]) {
+  const holdS = run.quick ? 20 : 60
+  const deadlines = { arriveMs: 150_000, doneMs: (holdS + 60) * 1000, name: url }
+  const users = startUsers({ url, users: HOLD_USERS, tokens: run.seed.tokens, ramp: 10, hold: holdS, deadlines })
+  try {
+    const arrival = await users.arrived()
+    if (arrival.failure) throw arrival.failure
+    const before = [ticks(pids), ticks(others)]
+    const tally = await users.done()
+    if (tally.failure) throw tally.failure
+    const [cpu, othersCpu] = [ticks(pids) - before[0], ticks(others) - before[1]].map((t) => t * TICK_US)
+    const at = (q: number) => tally.latencies[Math.min(tally.latencies.length - 1, Math.floor(q * tally.latencies.length))]
+    const result: Saturation = {
+      rps: tally.answered / tally.seconds,
+      cpu_us: cpu / tally.answered,
+      others_cpu_us: othersCpu / tally.answered,
+      p50_ms: at(0.5),
+      p99_ms: at(0.99),
+      errors: tally.errors,
+      example: tally.example ?? '',
+      load_cpu: Math.max(...tally.generatorCpu),
+    }
+    return result
+  } finally {
+    users.stop()
+  }
 }
 
 // 3. One like at a time, forwarded by the follower, then sent to the primary; 4. lag, idle and at the
@@ -310,7 +363,8 @@ function summary(report: Record<string, any>) {
   const statement = defaults.statement
   console.log(
     `\na follower against a plain file: the post statement ${fmt((statement.follower.node_us + statement.follower.replication_us) / statement.plain.node_us, 2)} x, ` +
-      `the mix ${fmt(defaults.mix.follower.cpu_us / defaults.mix['plain file'].cpu_us, 2)} x the CPU a request`,
+      `the mix ${fmt(defaults.mix.follower.cpu_us / defaults.mix['plain file'].cpu_us, 2)} x the CPU a request at saturation, ` +
+      `${fmt(defaults.users.follower.cpu_us / defaults.users['plain file'].cpu_us, 2)} x at ${fmt(HOLD_USERS)} users`,
   )
   console.log(
     `   ${'setting'.padEnd(32)} ${'forwarded like p50 / p99'.padEnd(26)} ${'lag idle p50 / p99'.padEnd(22)} ${`lag at ${WRITE_RATE} writes/s`.padEnd(22)} primary's Litestream at it`,
