@@ -4,10 +4,11 @@
 import assert from 'node:assert/strict'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { describe, test } from 'node:test'
+import { describe } from 'node:test'
 import type { Token } from '../harness/seed.ts'
 import { ROOT } from '../harness/tools.ts'
 import { claims, makeToken, now } from './helpers.ts'
+import { test } from './servers.ts'
 
 const GOLDEN = join(ROOT, 'test', 'golden')
 

@@ -1,15 +1,21 @@
-// server/wire.ts with fetch handlers of the test's own, in this process: what the API itself never
-// asks of it (streamed bodies, other statuses, other header values, the request's signal) and how it
-// reads and closes connections, over raw TCP. The API over it: test/http.test.ts and the contract tests.
+// The HTTP servers with fetch handlers of the test's own, in this process: what the API itself never
+// asks of them (streamed bodies, other statuses, other header values, the request's signal) and how they
+// read and close connections, over raw TCP. The answers and requests run on both (test/servers.ts):
+// ours, server/wire.ts (HTTP_SERVER=net), and server/node-server.ts on node:http; what only ours has (its
+// 'data' events mode, the one read buffer) is tested of ours alone. The API over them: test/http.test.ts
+// and the contract tests.
 import assert from 'node:assert/strict'
 import { once } from 'node:events'
 import { connect, createServer, type AddressInfo, type Socket } from 'node:net'
-import { after, before, describe, test } from 'node:test'
+import { after, before, describe } from 'node:test'
 import { Hono } from 'hono'
 import { exchange } from '../harness/client.ts'
 import { sleep, until, within } from '../harness/time.ts'
 import { readIntoOneBuffer } from '../server/read-buffer.ts'
+import type { ApiServer } from '../server/api-server.ts'
+import { createNodeServer } from '../server/node-server.ts'
 import { createWireServer } from '../server/wire.ts'
+import { forEachServer, test } from './servers.ts'
 
 let slowStarted = 0 // requests that reached /slow's handler
 let aborted = 0
@@ -51,14 +57,19 @@ app.get(
     }),
 )
 
-const api = createWireServer(app.fetch, 16 * 1024)
+// The port of the server the running describe listens on (describes run one after another).
 let port = 0
-before(async () => {
-  api.server.listen(0, '127.0.0.1')
-  await once(api.server, 'listening')
-  port = (api.server.address() as AddressInfo).port
-})
-after(() => api.server.close())
+
+// A server of this process, listening on a port of its own from the describe's before() to its after().
+function listening(create: () => ApiServer) {
+  let api: ApiServer
+  before(async () => {
+    api = create()
+    await once(api.server.listen(0, '127.0.0.1'), 'listening')
+    port = (api.server.address() as AddressInfo).port
+  })
+  after(() => api.server.close())
+}
 
 const get = (path: string, version = '1.1') =>
   exchange(port, `GET ${path} HTTP/${version}\r\nHost: t\r\n${version === '1.0' ? '' : 'Connection: close\r\n'}\r\n`)
@@ -92,7 +103,7 @@ function conversation(
   })
 }
 
-describe('answers', () => {
+function answers() {
   test('a streamed body goes chunked to HTTP/1.1 and ends with the close for HTTP/1.0', async () => {
     const chunked = await get('/stream')
     assert.equal(chunked.headers['transfer-encoding'], 'chunked')
@@ -147,11 +158,11 @@ describe('answers', () => {
   test('every answer has Date', async () => {
     assert.match((await get('/bytes')).headers.date, /^\w{3}, \d\d \w{3} \d{4} \d\d:\d\d:\d\d GMT$/)
   })
-})
+}
 
-// The same requests, read in the one read buffer and as 'data' events.
+// The same requests on each server, and read by ours in the one read buffer and as 'data' events.
 function requests() {
-  test('every read lands in one buffer, and a body read late is the one sent', async () => {
+  test("a body read late, after other connections' reads have come in, is the one sent", async () => {
     const late = conversation([
       'POST /late-echo HTTP/1.1\r\nHost: t\r\nContent-Length: 14\r\nConnection: close\r\n\r\nfirst-body-abc',
     ])
@@ -257,23 +268,71 @@ function requests() {
   })
 }
 
-describe('requests', requests)
+forEachServer(
+  "a handler of the test's own",
+  (server) => {
+    listening(() =>
+      server === 'net'
+        ? createWireServer(app.fetch, 16 * 1024)
+        : createNodeServer(app.fetch as Parameters<typeof createNodeServer>[0]),
+    )
+    describe('answers', answers)
+    describe('requests', requests)
+  },
+  {
+    differences: [
+      {
+        server: 'node-server',
+        test: 'a streamed body goes chunked to HTTP/1.1 and ends with the close for HTTP/1.0',
+        reason:
+          "@hono/node-server writes what the stream has ready as one chunk ('7\\r\\none,two'); ours writes each chunk as it comes. The HTTP/1.0 close-delimited body is the same on both",
+      },
+      {
+        server: 'node-server',
+        test: '204 and 304 have no body and no Content-Length; 200 with none says Content-Length: 0',
+        reason:
+          '@hono/node-server sends a 200 with a null body as an empty chunked body (Transfer-Encoding: chunked, then 0), valid HTTP/1.1',
+      },
+      {
+        server: 'node-server',
+        test: 'bytes are sent as given, with their length; a value past ASCII goes as latin1',
+        reason:
+          "known: node:http writes a field value past ASCII as UTF-8 ('Zo\\xeb' goes as Zo\\xc3\\xab), not the byte the Response holds; no value the API sends is past ASCII",
+      },
+      {
+        server: 'node-server',
+        test: 'a field value that would break the head is a 500, never written',
+        reason:
+          "known: node:http's writeHead throws ERR_INVALID_CHAR inside @hono/node-server's response, which nothing catches: no answer, and the process dies of the uncaught exception; no field the API sends comes from a request",
+      },
+      {
+        server: 'node-server',
+        test: 'a frozen record of fields says the same on every answer, and a bad one is refused every time',
+        reason:
+          'known: the two above (a value past ASCII goes as UTF-8; a bad value is never answered, and is thrown uncaught)',
+      },
+      {
+        server: 'node-server',
+        test: 'pipelined requests are answered in order; Connection: close is answered, then the connection closes whatever follows',
+        reason:
+          "known: a read with bytes that are not HTTP after valid requests: node:http's clientError 400 is written before the answers queued for those before it, which are lost though their handlers ran (a pipelined POST then garbage: the handler ran, the client got only the 400); ours answers each, and closes at the Connection: close",
+      },
+      {
+        server: 'node-server',
+        test: 'a client that sends its FIN while its request is answered still gets the answer, then the close',
+        reason:
+          "node:http's default (httpAllowHalfOpen off): a client's FIN aborts the request under way, unanswered, and closes; ours answers it, then closes",
+      },
+    ],
+  },
+)
 
-describe("requests, read as 'data' events (a Node without the one read buffer)", () => {
-  const asData = createWireServer(app.fetch, 16 * 1024, { oneReadBuffer: false })
-  let oneBufferPort = 0
-  before(async () => {
-    await once(asData.server.listen(0, '127.0.0.1'), 'listening')
-    ;[oneBufferPort, port] = [port, (asData.server.address() as AddressInfo).port]
-  })
-  after(() => {
-    port = oneBufferPort
-    asData.server.close()
-  })
+describe("ours (server/wire.ts) alone: requests read as 'data' events (a Node without the one read buffer)", () => {
+  listening(() => createWireServer(app.fetch, 16 * 1024, { oneReadBuffer: false }))
   requests()
 })
 
-describe('the one read buffer', () => {
+describe('ours (server/wire.ts) alone: the one read buffer', () => {
   test("this Node's accepted sockets read into the one buffer", async () => {
     const reads: string[] = []
     const server = createServer((socket) => {
