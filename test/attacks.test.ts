@@ -4,28 +4,25 @@
 // requests pipelined to a client that never reads, and slow requests of every shape that never end.
 // One suite, run against each server as a process of its own with the image's Node flags, on a fresh
 // copy of the seed (a test that measures memory starts one of its own, so that what the server holds at
-// rest is its own); where a test does not apply to a server, it is skipped by name, with the reason.
+// rest is its own); where a test does not apply to a server, it is skipped by name, with the reason
+// (test/servers.ts).
 import assert from 'node:assert/strict'
 import { once } from 'node:events'
 import { connect } from 'node:net'
-import { after, before, describe, test, type TestContext } from 'node:test'
+import { after, before, type TestContext } from 'node:test'
 import { exchange } from '../harness/client.ts'
 import { freshSeededCopy } from '../harness/seed.ts'
 import { type Server, shippedNodeFlags, startServer } from '../harness/server.ts'
 import { holdsWithin, sleep, until, within } from '../harness/time.ts'
 import { meterProcess, probeHealth } from './helpers.ts'
+import { forEachServer, type HttpServer as Mode, test } from './servers.ts'
 import { serverClosed } from './sockets.ts'
-
-type Mode = 'net' | 'node-server'
 
 // ATTACKS_DIST=<path of an app.js> attacks another build (an older commit's) instead of dist/app.js.
 const APP = process.env.ATTACKS_DIST || 'dist/app.js'
 
 const KiB = 1024
 const MiB = 1024 * KiB
-
-// Tests that do not apply to a server, by name, and why (as Hono's router tests skip theirs).
-type Skip = { reason: string; tests: string[] }
 
 // A server of the mode, from the bundle, with the image's Node flags, on a fresh copy of the seed.
 async function serve(mode: Mode) {
@@ -51,10 +48,8 @@ async function serve(mode: Mode) {
 type Served = Awaited<ReturnType<typeof serve>>
 
 // What one client sends to one server costs it bounded time and memory.
-function attacks(mode: Mode, { skip = [] }: { skip?: Skip[] } = {}) {
-  const skipped = (name: string) => skip.find((s) => s.tests.includes(name))?.reason
-  const it = (name: string, fn: (t: TestContext) => Promise<void>) =>
-    test(name, { skip: skipped(name), timeout: 30_000 }, fn)
+function attacks(mode: Mode) {
+  const it = (name: string, fn: (t: TestContext) => Promise<void>) => test(name, { timeout: 30_000 }, fn)
   // A test that measures the server's memory, on a server of its own: what another test made its heap
   // grow to (46 MB of chunks, on the build before the fix) would take in this one's growth unseen. It
   // answers a /health first: a server's first answers are slow (V8 compiles as they come), and what
@@ -70,219 +65,216 @@ function attacks(mode: Mode, { skip = [] }: { skip?: Skip[] } = {}) {
       }
     })
 
-  describe(`what one client sends costs it bounded time and memory (HTTP_SERVER=${mode})`, () => {
-    let server: Served
-    let port: number
-    before(async () => {
-      server = await serve(mode)
-      port = server.port
-    })
-    after(() => server?.stop())
+  let server: Served
+  let port: number
+  before(async () => {
+    server = await serve(mode)
+    port = server.port
+  })
+  after(() => server?.stop())
 
-    // RFC 9112, 2.2 lets a server skip empty lines before a request line. Ours skipped them again from
-    // the same offset on every read, and charged them to no limit: 2 MiB of them, 1 KiB a millisecond,
-    // cost it 1.7 s of CPU in the review (0.4 to 0.6 s on the machine this test was written on). Written
-    // a KiB a millisecond, they come in about as many reads as there are KiB.
-    it('2 MiB of empty lines before a request line, 1 KiB a millisecond, cost the server under 0.25 s of CPU; the request is answered, and /health answers throughout', async (t) => {
-      // Every 100 ms, not 20: each probe costs the server CPU too (seen: 1.4 ms each on node:http).
-      const health = probeHealth(port, 100)
-      const meter = meterProcess(server.pid)
+  // RFC 9112, 2.2 lets a server skip empty lines before a request line. Ours skipped them again from
+  // the same offset on every read, and charged them to no limit: 2 MiB of them, 1 KiB a millisecond,
+  // cost it 1.7 s of CPU in the review (0.4 to 0.6 s on the machine this test was written on). Written
+  // a KiB a millisecond, they come in about as many reads as there are KiB.
+  it('2 MiB of empty lines before a request line, 1 KiB a millisecond, cost the server under 0.25 s of CPU; the request is answered, and /health answers throughout', async (t) => {
+    // Every 100 ms, not 20: each probe costs the server CPU too (seen: 1.4 ms each on node:http).
+    const health = probeHealth(port, 100)
+    const meter = meterProcess(server.pid)
+    const client = await open(port)
+    const kib = Buffer.from('\r\n'.repeat(KiB / 2))
+    const started = performance.now()
+    let sent = 0
+    // Once answered (ours refuses them past the head's 32 KB), the client stops.
+    while (sent < 2 * KiB && client.open() && client.received().length === 0) {
+      const due = Math.min(2 * KiB, Math.floor(performance.now() - started) + 1)
+      for (; sent < due; sent++) client.socket.write(kib)
+      await sleep(1)
+    }
+    const writing = (performance.now() - started) / 1000
+    if (client.open() && client.received().length === 0) client.socket.write('GET /health HTTP/1.1\r\nHost: t\r\n\r\n')
+    await until(() => client.answer() !== undefined, 10_000, 'an answer after the empty lines')
+    const answer = client.answer()!
+    if (answer.headers.connection === 'close') await client.closedWithin(5_000)
+    const cpu = meter.stop().cpuMs / 1000
+    const said = `${answer.status}, Connection: ${answer.headers.connection}${client.open() ? '' : ', closed'}`
+    client.socket.destroy()
+    const probes = await health.stop()
+    t.diagnostic(
+      `${sent} KiB of empty lines written in ${writing.toFixed(2)} s; answered ${said}; ` +
+        `server CPU ${cpu.toFixed(2)} s; /health: ${probes.latencies.length} probes, the slowest ${probes.max.toFixed(0)} ms`,
+    )
+    assert.ok(cpu < 0.25, `the server spent ${cpu.toFixed(2)} s of CPU on 2 MiB of empty lines`)
+    assert.deepEqual(probes.failures, [])
+    // Ours charges them to the head's 32 KB: a raw 431. llhttp skips them and counts them toward no
+    // limit (seen: 2 MiB of them cost node:http 0.04 s of CPU, the probes aside), and answers the
+    // request after them.
+    assert.equal(said, EMPTY_LINES_ANSWER[mode])
+  })
+
+  // llhttp bounds each chunk's extensions at 16 KB, but not their sum. Ours kept every byte a chunked
+  // body came in, extensions included, until the body was whole: 46 MB on the wire took the process
+  // from 108 to 215 MB. The client writes as fast as the socket takes it, until the server closes it
+  // (a Node socket closes on the server's FIN: ours refuses the body after its first chunk line).
+  onOwnServer(
+    `a chunked POST /posts of 3,000 one-byte chunks, each with a 16,000-byte extension (46 MB), grows the server's RSS under 32 MB; /health answers throughout`,
+    async (t, { pid, port }) => {
+      const health = probeHealth(port)
+      const meter = meterProcess(pid)
       const client = await open(port)
-      const kib = Buffer.from('\r\n'.repeat(KiB / 2))
       const started = performance.now()
-      let sent = 0
-      // Once answered (ours refuses them past the head's 32 KB), the client stops.
-      while (sent < 2 * KiB && client.open() && client.received().length === 0) {
-        const due = Math.min(2 * KiB, Math.floor(performance.now() - started) + 1)
-        for (; sent < due; sent++) client.socket.write(kib)
-        await sleep(1)
+      client.socket.write(CHUNKED_POST)
+      const chunk = Buffer.from(`1;x=${'a'.repeat(16_000)}\r\nx\r\n`)
+      let chunks = 0
+      for (; chunks < 3_000 && client.open(); chunks++) {
+        if (!client.socket.write(chunk))
+          await within(client.drainedOrClosed(), 10_000, 'the server to take the chunks written')
       }
+      if (client.open()) client.socket.write('0\r\n\r\n')
       const writing = (performance.now() - started) / 1000
-      if (client.open() && client.received().length === 0)
-        client.socket.write('GET /health HTTP/1.1\r\nHost: t\r\n\r\n')
-      await until(() => client.answer() !== undefined, 10_000, 'an answer after the empty lines')
-      const answer = client.answer()!
-      if (answer.headers.connection === 'close') await client.closedWithin(5_000)
-      const cpu = meter.stop().cpuMs / 1000
-      const said = `${answer.status}, Connection: ${answer.headers.connection}${client.open() ? '' : ', closed'}`
+      await until(() => client.answer() !== undefined || !client.open(), 10_000, 'an answer to the chunked POST')
+      const { restKb, growthKb } = meter.stop()
+      const [rest, growth] = [restKb / KiB, growthKb / KiB]
       client.socket.destroy()
       const probes = await health.stop()
+      const answer = client.answer()
       t.diagnostic(
-        `${sent} KiB of empty lines written in ${writing.toFixed(2)} s; answered ${said}; ` +
-          `server CPU ${cpu.toFixed(2)} s; /health: ${probes.latencies.length} probes, the slowest ${probes.max.toFixed(0)} ms`,
+        `${chunks} chunks (${((chunks * chunk.length) / MiB).toFixed(1)} MiB) written in ${writing.toFixed(2)} s; ` +
+          `answered ${answer ? `${answer.status} ${answer.body}` : 'nothing'}; ` +
+          `RSS ${rest.toFixed(0)} MB at rest, +${growth.toFixed(1)} MB at peak; /health: ${probes.latencies.length} probes`,
       )
-      assert.ok(cpu < 0.25, `the server spent ${cpu.toFixed(2)} s of CPU on 2 MiB of empty lines`)
+      assert.ok(growth < 32, `RSS grew ${growth.toFixed(1)} MB`)
       assert.deepEqual(probes.failures, [])
-      // Ours charges them to the head's 32 KB: a raw 431. llhttp skips them and counts them toward no
-      // limit (seen: 2 MiB of them cost node:http 0.04 s of CPU, the probes aside), and answers the
-      // request after them.
-      assert.equal(said, EMPTY_LINES_ANSWER[mode])
-    })
+    },
+  )
 
-    // llhttp bounds each chunk's extensions at 16 KB, but not their sum. Ours kept every byte a chunked
-    // body came in, extensions included, until the body was whole: 46 MB on the wire took the process
-    // from 108 to 215 MB. The client writes as fast as the socket takes it, until the server closes it
-    // (a Node socket closes on the server's FIN: ours refuses the body after its first chunk line).
-    onOwnServer(
-      `a chunked POST /posts of 3,000 one-byte chunks, each with a 16,000-byte extension (46 MB), grows the server's RSS under 32 MB; /health answers throughout`,
-      async (t, { pid, port }) => {
-        const health = probeHealth(port)
-        const meter = meterProcess(pid)
-        const client = await open(port)
-        const started = performance.now()
-        client.socket.write(CHUNKED_POST)
-        const chunk = Buffer.from(`1;x=${'a'.repeat(16_000)}\r\nx\r\n`)
-        let chunks = 0
-        for (; chunks < 3_000 && client.open(); chunks++) {
-          if (!client.socket.write(chunk))
-            await within(client.drainedOrClosed(), 10_000, 'the server to take the chunks written')
-        }
-        if (client.open()) client.socket.write('0\r\n\r\n')
-        const writing = (performance.now() - started) / 1000
-        await until(() => client.answer() !== undefined || !client.open(), 10_000, 'an answer to the chunked POST')
-        const { restKb, growthKb } = meter.stop()
-        const [rest, growth] = [restKb / KiB, growthKb / KiB]
-        client.socket.destroy()
-        const probes = await health.stop()
-        const answer = client.answer()
-        t.diagnostic(
-          `${chunks} chunks (${((chunks * chunk.length) / MiB).toFixed(1)} MiB) written in ${writing.toFixed(2)} s; ` +
-            `answered ${answer ? `${answer.status} ${answer.body}` : 'nothing'}; ` +
-            `RSS ${rest.toFixed(0)} MB at rest, +${growth.toFixed(1)} MB at peak; /health: ${probes.latencies.length} probes`,
-        )
-        assert.ok(growth < 32, `RSS grew ${growth.toFixed(1)} MB`)
-        assert.deepEqual(probes.failures, [])
-      },
-    )
+  // Ours counts a chunked body's framing (size lines, extensions, the CRLFs after data, trailers)
+  // toward 8 KB; past it the body is refused before it is read on, as a body too large is.
+  it(FRAMING_REFUSED, async () => {
+    const extension = `1;x=${'a'.repeat(16_000)}\r\nx\r\n`
+    const answer = await exchange(port, `${CHUNKED_POST}${extension.repeat(3)}0\r\n\r\n`)
+    assert.equal(answer.status, 413, answer.raw.slice(0, 200))
+    assert.equal(answer.body, '{"error":"request body must be at most 16 KB"}')
+    assert.match(answer.headers['content-type'] ?? '', /^application\/json/)
+    assert.equal(answer.headers.connection, 'close')
+  })
 
-    // Ours counts a chunked body's framing (size lines, extensions, the CRLFs after data, trailers)
-    // toward 8 KB; past it the body is refused before it is read on, as a body too large is.
-    it(FRAMING_REFUSED, async () => {
-      const extension = `1;x=${'a'.repeat(16_000)}\r\nx\r\n`
-      const answer = await exchange(port, `${CHUNKED_POST}${extension.repeat(3)}0\r\n\r\n`)
-      assert.equal(answer.status, 413, answer.raw.slice(0, 200))
-      assert.equal(answer.body, '{"error":"request body must be at most 16 KB"}')
-      assert.match(answer.headers['content-type'] ?? '', /^application\/json/)
-      assert.equal(answer.headers.connection, 'close')
-    })
-
-    // WHATWG URL reads a backslash as a slash and drops what no host may hold; a server that hands it
-    // an absolute-form target as it came serves a path nobody sent. llhttp refuses these targets.
-    it('absolute-form targets llhttp refuses are each a 400: a backslash, a brace or a backquote after the authority, and backslashed dot segments', async () => {
-      const answers: string[] = []
-      for (const target of ['http://x\\health', 'http://x{/health', 'http://x`/health', 'http://x/a\\..\\health']) {
-        const answer = await exchange(port, `GET ${target} HTTP/1.1\r\nHost: x\r\n\r\n`)
-        answers.push(`${target} ${answer.status} ${answer.body}`)
-      }
-      assert.deepEqual(
-        answers.map((a) => a.replace(/ \{"error":"[^"]+"\}$/, ' {"error"}')),
-        [
-          'http://x\\health 400 {"error"}',
-          'http://x{/health 400 {"error"}',
-          'http://x`/health 400 {"error"}',
-          'http://x/a\\..\\health 400 {"error"}',
-        ],
-        answers.join('\n'),
-      )
-    })
-
-    // A connection may have MAX_UNWRITTEN (4) answers the kernel has not taken; the request after them
-    // closes it, as node:http does. Ours counted only the answers of synchronous routes: 2,000 GET
-    // /health (an async route) in one write were all answered, to a client that read none of them.
-    for (const [path, kind] of [
-      ['/health', 'an async route'],
-      ['/feed', 'a synchronous route'],
-    ]) {
-      it(`2,000 pipelined GET ${path} (${kind}) in one write, from a client that never reads: the server closes the connection within 5 s, after fewer than 10 answers`, async (t) => {
-        const client = await open(port)
-        // Paused, the socket takes no more than its stream's buffer holds: the answers past that stay in
-        // the kernel's buffers, and then in the server's.
-        client.socket.pause()
-        client.socket.write(`GET ${path} HTTP/1.1\r\nHost: t\r\n\r\n`.repeat(2_000))
-        const sent = performance.now()
-        // The client is not reading, so it cannot see the close: the kernel's view of the server's end can.
-        const closed = await holdsWithin(() => serverClosed(client.socket), 5_000)
-        const seconds = (performance.now() - sent) / 1000
-        // Now read what the server sent before it closed (or, when it did not, what it sent anyway).
-        client.socket.resume()
-        await holdsWithin(() => !client.open(), closed ? 5_000 : 2_000)
-        client.socket.destroy()
-        const answers =
-          client
-            .received()
-            .toString('latin1')
-            .match(/HTTP\/1\.1 \d{3} /g)?.length ?? 0
-        t.diagnostic(`${closed ? `closed after ${seconds.toFixed(2)} s` : 'not closed within 5 s'}; ${answers} answers`)
-        assert.ok(closed, `the connection was still open 5 s after 2,000 requests, with ${answers} answers sent`)
-        assert.ok(answers < 10, `${answers} answers to a client that read none`)
-      })
+  // WHATWG URL reads a backslash as a slash and drops what no host may hold; a server that hands it
+  // an absolute-form target as it came serves a path nobody sent. llhttp refuses these targets.
+  it('absolute-form targets llhttp refuses are each a 400: a backslash, a brace or a backquote after the authority, and backslashed dot segments', async () => {
+    const answers: string[] = []
+    for (const target of ['http://x\\health', 'http://x{/health', 'http://x`/health', 'http://x/a\\..\\health']) {
+      const answer = await exchange(port, `GET ${target} HTTP/1.1\r\nHost: x\r\n\r\n`)
+      answers.push(`${target} ${answer.status} ${answer.body}`)
     }
-
-    // A connection keeps what its request needs while it is on its way: its head (32 KB at most), its
-    // body (16 KB) and the read they came in (64 KB at most). 200 connections that each send one shape
-    // of request that never ends, slowly, in 1 KB writes, each ~40 KB, keep no more than that, beside
-    // what V8's heap grows by meanwhile (HEAP_SLACK_MB); and each meets a limit and is refused within
-    // its 40 KB, where the server has one for it (SHAPES). The rest the test closes itself: a request
-    // still to come has 10 s for its head and 30 s in all, too long to wait for here.
-    onOwnServer(
-      "200 connections that each send ~40 KB of a request that never ends, 1 KB every 40 ms, grow RSS under 200 × 112 KB and the heap's slack; each meets its limit, where the server has one; /health answers throughout",
-      async (t, { pid, port }) => {
-        const health = probeHealth(port)
-        const meter = meterProcess(pid)
-        const clients = await Promise.all(
-          Array.from({ length: 200 }, async (_, i) => {
-            const shape = SHAPES[i % SHAPES.length]
-            await sleep(i) // 1 ms apart: 200 connections at once are a burst, another attack than this one
-            const client = await open(port)
-            const bytes = Buffer.from(shape.bytes, 'latin1')
-            let sent = 0
-            // Until it is answered or closed: a client refused stops sending.
-            while (sent < bytes.length && client.open() && client.received().length === 0) {
-              client.socket.write(bytes.subarray(sent, sent + KiB))
-              sent = Math.min(sent + KiB, bytes.length)
-              await sleep(40)
-            }
-            return { shape, client, sent }
-          }),
-        )
-        // Each refusal: answered, and the connection closed by the server.
-        const refusing = clients.filter(({ shape }) => typeof shape[mode] === 'number')
-        const settled = await holdsWithin(() => refusing.every(({ client }) => !client.open()), 15_000)
-        const { cpuMs, restKb, growthKb } = meter.stop()
-        const [cpu, rest, growth] = [cpuMs / 1000, restKb / KiB, growthKb / KiB]
-        const probes = await health.stop()
-        // What each shape got, and after how many of its bytes (the most the client sent before it saw the answer).
-        const outcomes = new Map<string, { count: number; kib: number[] }>()
-        for (const { shape, client, sent } of clients) {
-          const got = client.answer()?.status ?? (client.open() ? 'still open' : 'closed without an answer')
-          const outcome = outcomes.get(`${shape.name}: ${got}`) ?? { count: 0, kib: [] }
-          outcome.count++
-          outcome.kib.push(Math.round(sent / KiB))
-          outcomes.set(`${shape.name}: ${got}`, outcome)
-          client.socket.destroy() // those still reading, which no limit of this server refuses within 40 KB
-        }
-        const bound = (200 * (32 + 16 + 64)) / KiB + HEAP_SLACK_MB[mode]
-        t.diagnostic(
-          `RSS ${rest.toFixed(0)} MB at rest, +${growth.toFixed(1)} MB at peak (bound ${bound.toFixed(1)} MB); ` +
-            `server CPU ${cpu.toFixed(2)} s; /health: ${probes.latencies.length} probes, the slowest ${probes.max.toFixed(0)} ms`,
-        )
-        for (const [outcome, { count, kib }] of outcomes) {
-          const [least, most] = [Math.min(...kib), Math.max(...kib)]
-          t.diagnostic(`${count} x ${outcome}, after ${least === most ? least : `${least} to ${most}`} KiB sent`)
-        }
-        assert.ok(growth < bound, `RSS grew ${growth.toFixed(1)} MB`)
-        assert.deepEqual(probes.failures, [])
-        assert.ok(settled, 'some connections a limit refuses were still open after 15 s')
-        // Each shape refused as its server's limits say; the rest are still reading what may yet be a request.
-        for (const { shape, client } of clients) {
-          const expected = shape[mode]
-          const got = client.answer()?.status
-          if (typeof expected === 'number') assert.equal(got, expected, `${shape.name}: ${got ?? 'no answer'}`)
-          else assert.ok(got === undefined || got >= 400, `${shape.name}: ${got}`)
-        }
-      },
+    assert.deepEqual(
+      answers.map((a) => a.replace(/ \{"error":"[^"]+"\}$/, ' {"error"}')),
+      [
+        'http://x\\health 400 {"error"}',
+        'http://x{/health 400 {"error"}',
+        'http://x`/health 400 {"error"}',
+        'http://x/a\\..\\health 400 {"error"}',
+      ],
+      answers.join('\n'),
     )
   })
+
+  // A connection may have MAX_UNWRITTEN (4) answers the kernel has not taken; the request after them
+  // closes it, as node:http does. Ours counted only the answers of synchronous routes: 2,000 GET
+  // /health (an async route) in one write were all answered, to a client that read none of them.
+  for (const [path, kind] of [
+    ['/health', 'an async route'],
+    ['/feed', 'a synchronous route'],
+  ]) {
+    it(`2,000 pipelined GET ${path} (${kind}) in one write, from a client that never reads: the server closes the connection within 5 s, after fewer than 10 answers`, async (t) => {
+      const client = await open(port)
+      // Paused, the socket takes no more than its stream's buffer holds: the answers past that stay in
+      // the kernel's buffers, and then in the server's.
+      client.socket.pause()
+      client.socket.write(`GET ${path} HTTP/1.1\r\nHost: t\r\n\r\n`.repeat(2_000))
+      const sent = performance.now()
+      // The client is not reading, so it cannot see the close: the kernel's view of the server's end can.
+      const closed = await holdsWithin(() => serverClosed(client.socket), 5_000)
+      const seconds = (performance.now() - sent) / 1000
+      // Now read what the server sent before it closed (or, when it did not, what it sent anyway).
+      client.socket.resume()
+      await holdsWithin(() => !client.open(), closed ? 5_000 : 2_000)
+      client.socket.destroy()
+      const answers =
+        client
+          .received()
+          .toString('latin1')
+          .match(/HTTP\/1\.1 \d{3} /g)?.length ?? 0
+      t.diagnostic(`${closed ? `closed after ${seconds.toFixed(2)} s` : 'not closed within 5 s'}; ${answers} answers`)
+      assert.ok(closed, `the connection was still open 5 s after 2,000 requests, with ${answers} answers sent`)
+      assert.ok(answers < 10, `${answers} answers to a client that read none`)
+    })
+  }
+
+  // A connection keeps what its request needs while it is on its way: its head (32 KB at most), its
+  // body (16 KB) and the read they came in (64 KB at most). 200 connections that each send one shape
+  // of request that never ends, slowly, in 1 KB writes, each ~40 KB, keep no more than that, beside
+  // what V8's heap grows by meanwhile (HEAP_SLACK_MB); and each meets a limit and is refused within
+  // its 40 KB, where the server has one for it (SHAPES). The rest the test closes itself: a request
+  // still to come has 10 s for its head and 30 s in all, too long to wait for here.
+  onOwnServer(
+    "200 connections that each send ~40 KB of a request that never ends, 1 KB every 40 ms, grow RSS under 200 × 112 KB and the heap's slack; each meets its limit, where the server has one; /health answers throughout",
+    async (t, { pid, port }) => {
+      const health = probeHealth(port)
+      const meter = meterProcess(pid)
+      const clients = await Promise.all(
+        Array.from({ length: 200 }, async (_, i) => {
+          const shape = SHAPES[i % SHAPES.length]
+          await sleep(i) // 1 ms apart: 200 connections at once are a burst, another attack than this one
+          const client = await open(port)
+          const bytes = Buffer.from(shape.bytes, 'latin1')
+          let sent = 0
+          // Until it is answered or closed: a client refused stops sending.
+          while (sent < bytes.length && client.open() && client.received().length === 0) {
+            client.socket.write(bytes.subarray(sent, sent + KiB))
+            sent = Math.min(sent + KiB, bytes.length)
+            await sleep(40)
+          }
+          return { shape, client, sent }
+        }),
+      )
+      // Each refusal: answered, and the connection closed by the server.
+      const refusing = clients.filter(({ shape }) => typeof shape[mode] === 'number')
+      const settled = await holdsWithin(() => refusing.every(({ client }) => !client.open()), 15_000)
+      const { cpuMs, restKb, growthKb } = meter.stop()
+      const [cpu, rest, growth] = [cpuMs / 1000, restKb / KiB, growthKb / KiB]
+      const probes = await health.stop()
+      // What each shape got, and after how many of its bytes (the most the client sent before it saw the answer).
+      const outcomes = new Map<string, { count: number; kib: number[] }>()
+      for (const { shape, client, sent } of clients) {
+        const got = client.answer()?.status ?? (client.open() ? 'still open' : 'closed without an answer')
+        const outcome = outcomes.get(`${shape.name}: ${got}`) ?? { count: 0, kib: [] }
+        outcome.count++
+        outcome.kib.push(Math.round(sent / KiB))
+        outcomes.set(`${shape.name}: ${got}`, outcome)
+        client.socket.destroy() // those still reading, which no limit of this server refuses within 40 KB
+      }
+      const bound = (200 * (32 + 16 + 64)) / KiB + HEAP_SLACK_MB[mode]
+      t.diagnostic(
+        `RSS ${rest.toFixed(0)} MB at rest, +${growth.toFixed(1)} MB at peak (bound ${bound.toFixed(1)} MB); ` +
+          `server CPU ${cpu.toFixed(2)} s; /health: ${probes.latencies.length} probes, the slowest ${probes.max.toFixed(0)} ms`,
+      )
+      for (const [outcome, { count, kib }] of outcomes) {
+        const [least, most] = [Math.min(...kib), Math.max(...kib)]
+        t.diagnostic(`${count} x ${outcome}, after ${least === most ? least : `${least} to ${most}`} KiB sent`)
+      }
+      assert.ok(growth < bound, `RSS grew ${growth.toFixed(1)} MB`)
+      assert.deepEqual(probes.failures, [])
+      assert.ok(settled, 'some connections a limit refuses were still open after 15 s')
+      // Each shape refused as its server's limits say; the rest are still reading what may yet be a request.
+      for (const { shape, client } of clients) {
+        const expected = shape[mode]
+        const got = client.answer()?.status
+        if (typeof expected === 'number') assert.equal(got, expected, `${shape.name}: ${got ?? 'no answer'}`)
+        else assert.ok(got === undefined || got >= 400, `${shape.name}: ${got}`)
+      }
+    },
+  )
 }
 
 // What V8's heap may grow by beside what 200 connections hold while they send. node:http hands on each
@@ -402,13 +394,13 @@ function parseAnswer(received: Buffer): Answer | undefined {
 }
 
 // The same tests for both servers; node:http reads a chunked body's framing as llhttp does, not as ours.
-attacks('net')
-attacks('node-server', {
-  skip: [
+forEachServer('what one client sends costs it bounded time and memory', attacks, {
+  differences: [
     {
+      server: 'node-server',
+      test: FRAMING_REFUSED,
       reason:
         "node:http bounds each chunk's extensions at 16 KB, not their sum: 3 of 16,000 bytes are read, and answered (401 without a token)",
-      tests: [FRAMING_REFUSED],
     },
   ],
 })

@@ -1,6 +1,8 @@
 // The challenge submission, run the way the challenge's CI runs it: install.sh (with a pre-placed
 // tarball: nodejs.org is out of reach here), build.sh as a normal user, start.sh on a fresh copy of the
-// seed with only the four variables, healthy within 60 s, then the contract.
+// seed with only the four variables, healthy within 60 s, then the contract. So on the default HTTP
+// server, as the challenge runs it (its CI sets no HTTP_SERVER); the contract on node:http is
+// test/contract.test.ts's (test/servers.ts).
 import assert from 'node:assert/strict'
 import { execFileSync, spawnSync } from 'node:child_process'
 import { createHash } from 'node:crypto'

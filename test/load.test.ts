@@ -1,5 +1,6 @@
 // load.js, the k6 scenario, against the real server: under the real k6 where it is here (as CI lays
-// out ../shared/tools, or K6), and through a minimal k6 stand-in that pins each branch of its loop.
+// out ../shared/tools, or K6), on each HTTP server, and through a minimal k6 stand-in that pins each
+// branch of its loop.
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
 import { readFileSync, writeFileSync } from 'node:fs'
@@ -7,12 +8,13 @@ import { registerHooks } from 'node:module'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { pathToFileURL } from 'node:url'
-import { after, before, describe, test } from 'node:test'
+import { after, before, describe } from 'node:test'
 import { freshSeededCopy } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
 import { within } from '../harness/time.ts'
 import { K6_BIN, ROOT } from '../harness/tools.ts'
 import { describeNeeding } from './helpers.ts'
+import { forEachServer, test } from './servers.ts'
 
 const K6 = { k6: 'k6.js', 'k6/http': 'http.js', 'k6/data': 'data.js' } as Record<string, string>
 registerHooks({
@@ -130,44 +132,54 @@ describe('load.js', () => {
 
 const k6Binary = K6_BIN
 
-describeNeeding(!k6Binary && 'no k6 here (K6, ../shared/tools/k6 or PATH)', 'load.js under the real k6', {}, () => {
-  test('300 users ramped in 2 s and held 8 s: the thresholds pass, every check and request succeeds', async () => {
-    const summary = join(db.dir, 'k6-summary.json')
-    const tokens = join(db.dir, 'tokens.json')
-    writeFileSync(tokens, JSON.stringify(db.tokens))
-    // RAMP_UP, DURATION and a 1 s RAMP_DOWN (the challenge's 30 s, and as long again for loops to end,
-    // took a minute): about 12 s in all.
-    const { stdout } = await promisify(execFile)(
-      k6Binary!,
-      [
-        'run',
-        '--quiet',
-        '--no-color',
-        '--summary-export',
-        summary,
-        '-e',
-        `BASE_URL=${server.url}`,
-        '-e',
-        'VUS=300',
-        '-e',
-        'RAMP_UP=2s',
-        '-e',
-        'DURATION=8s',
-        '-e',
-        'RAMP_DOWN=1s',
-        '-e',
-        `TOKENS=${tokens}`,
-        join(ROOT, 'load.js'),
-      ],
-      { encoding: 'utf8', timeout: 120_000, env: { ...process.env, K6_NO_USAGE_REPORT: 'true' } },
-    )
-    const metrics = JSON.parse(readFileSync(summary, 'utf8')).metrics
-    assert.ok(
-      metrics.http_reqs.count >= 300,
-      `${metrics.http_reqs.count} requests: every user asked at least for the feed\n${stdout}`,
-    )
-    assert.equal(metrics.http_req_failed.value, 0)
-    assert.equal(metrics.checks.fails, 0)
-    assert.ok(metrics.checks.passes >= metrics.http_reqs.count, 'a check on every answer')
+// The challenge's load against each HTTP server (test/servers.ts), each a server of its own on the file's
+// copy of the seed. The stand-in's loops above are load.js's logic, checked against the default server.
+forEachServer("the challenge's load", (HTTP_SERVER) => {
+  describeNeeding(!k6Binary && 'no k6 here (K6, ../shared/tools/k6 or PATH)', 'load.js under the real k6', {}, () => {
+    let loaded: Server
+    before(async () => {
+      loaded = await startServer(process.execPath, ['dist/app.js'], { env: { SQLITE_PATH: db.path, HTTP_SERVER } })
+    })
+    after(() => within(loaded.stop(), 15_000, 'the server to exit on SIGTERM'))
+
+    test('300 users ramped in 2 s and held 8 s: the thresholds pass, every check and request succeeds', async () => {
+      const summary = join(db.dir, 'k6-summary.json')
+      const tokens = join(db.dir, 'tokens.json')
+      writeFileSync(tokens, JSON.stringify(db.tokens))
+      // RAMP_UP, DURATION and a 1 s RAMP_DOWN (the challenge's 30 s, and as long again for loops to end,
+      // took a minute): about 12 s in all.
+      const { stdout } = await promisify(execFile)(
+        k6Binary!,
+        [
+          'run',
+          '--quiet',
+          '--no-color',
+          '--summary-export',
+          summary,
+          '-e',
+          `BASE_URL=${loaded.url}`,
+          '-e',
+          'VUS=300',
+          '-e',
+          'RAMP_UP=2s',
+          '-e',
+          'DURATION=8s',
+          '-e',
+          'RAMP_DOWN=1s',
+          '-e',
+          `TOKENS=${tokens}`,
+          join(ROOT, 'load.js'),
+        ],
+        { encoding: 'utf8', timeout: 120_000, env: { ...process.env, K6_NO_USAGE_REPORT: 'true' } },
+      )
+      const metrics = JSON.parse(readFileSync(summary, 'utf8')).metrics
+      assert.ok(
+        metrics.http_reqs.count >= 300,
+        `${metrics.http_reqs.count} requests: every user asked at least for the feed\n${stdout}`,
+      )
+      assert.equal(metrics.http_req_failed.value, 0)
+      assert.equal(metrics.checks.fails, 0)
+      assert.ok(metrics.checks.passes >= metrics.http_reqs.count, 'a check on every answer')
+    })
   })
 })

@@ -1,5 +1,6 @@
 // More connections than one process has files for (server/processes.ts): the built server, with no setting, takes
-// them all in as many processes as its open-file limit needs, and in one where one is enough.
+// them all in as many processes as its open-file limit needs, and in one where one is enough; on each of
+// its HTTP servers (test/servers.ts).
 import assert from 'node:assert/strict'
 import { execFile } from 'node:child_process'
 import { once } from 'node:events'
@@ -7,20 +8,27 @@ import { readFileSync, writeFileSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
-import { after, before, describe, test } from 'node:test'
+import { after, before, describe } from 'node:test'
 import { isRunning, processTree } from '../harness/proc.ts'
 import { freshSeededCopy } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
 import { until, within } from '../harness/time.ts'
 import { ROOT } from '../harness/tools.ts'
+import { forEachServer, type HttpServer, test } from './servers.ts'
 
-const db = freshSeededCopy()
-const tokens = join(db.dir, 'tokens.txt')
-before(() => writeFileSync(tokens, db.tokens.map((t) => t.token).join('\n')))
+let db: ReturnType<typeof freshSeededCopy>
+let tokens: string
+before(() => {
+  db = freshSeededCopy()
+  tokens = join(db.dir, 'tokens.txt')
+  writeFileSync(tokens, db.tokens.map((t) => t.token).join('\n'))
+})
 after(() => db.remove())
 
-const start = (limit: number) =>
-  startServer('prlimit', [`--nofile=${limit}`, process.execPath, 'dist/app.js'], { env: { SQLITE_PATH: db.path } })
+const start = (limit: number, HTTP_SERVER: HttpServer) =>
+  startServer('prlimit', [`--nofile=${limit}`, process.execPath, 'dist/app.js'], {
+    env: { SQLITE_PATH: db.path, HTTP_SERVER },
+  })
 
 // bench/users.ts: every user one keep-alive connection, all connecting at once (harder than k6's ramp),
 // then the challenge's loop at 20 times its pace, every answer checked. Meanwhile the server's processes
@@ -93,10 +101,10 @@ async function stillServe(kept: Socket[], more: Socket[]) {
   for (const socket of [...kept, ...more]) socket.destroy()
 }
 
-describe('more connections than one process has files for', () => {
+forEachServer('more connections than one process has files for', (HTTP_SERVER) => {
   describe('under an open-file limit of 1,024', () => {
     let server: Server
-    before(async () => (server = await start(1024)))
+    before(async () => (server = await start(1024, HTTP_SERVER)))
     after(() => server.stop('SIGKILL'))
 
     test('3,000 users at once: none refused, no errors, in several processes; SIGTERM stops them all, exit 0', async () => {
@@ -113,14 +121,14 @@ describe('more connections than one process has files for', () => {
       )
       assert.equal(await within(server.stop('SIGTERM'), 30_000, 'the first process to exit on SIGTERM'), 0)
       await until(() => !processes.some(isRunning), 15_000, 'every process to exit')
-      server = await start(1024)
+      server = await start(1024, HTTP_SERVER)
     })
 
     // 1,500: the first full (about 930 connections), a helper with the rest, and its successor started
     // as soon as it accepted.
     const withHelpers = async () => {
       await server.stop('SIGKILL')
-      server = await start(1024)
+      server = await start(1024, HTTP_SERVER)
       const port = Number(new URL(server.url).port)
       const kept = await openConnections(port, 1500)
       // Its line comes down the pipe, which this process may read after the answers it gave.
@@ -167,7 +175,7 @@ describe('more connections than one process has files for', () => {
 
   describe('under a high limit', () => {
     test('3,000 users in one process', async () => {
-      const server = await start(20_000)
+      const server = await start(20_000, HTTP_SERVER)
       try {
         const { connected, done, processes } = await users(server.url, 3000, server.child.pid!)
         assert.equal(connected.failed, 0)
@@ -179,53 +187,55 @@ describe('more connections than one process has files for', () => {
       }
     })
   })
+})
 
-  // npm start and the image run dist/start.js, which seeds if it must and then serves in its own
-  // process: the processes it adds run the server (dist/app.js), never start.js again, seed step and all.
-  describe('under npm start (dist/start.js)', () => {
-    const script = (pid: number) =>
-      readFileSync(`/proc/${pid}/cmdline`, 'utf8')
-        .split('\0')
-        .find((arg) => arg.endsWith('.js'))
-    const seedLines = (output: string) => output.split('\n').filter((line) => line.startsWith('seed: '))
+// npm start and the image run dist/start.js, which seeds if it must and then serves in its own
+// process: the processes it adds run the server (dist/app.js), never start.js again, seed step and all.
+// Which script a process runs is start.js's choice, whatever serves HTTP in it: on the default server
+// alone (the HTTP servers past the open-file limit are the suite above's).
+describe('more connections than one process has files for, under npm start (dist/start.js)', () => {
+  const script = (pid: number) =>
+    readFileSync(`/proc/${pid}/cmdline`, 'utf8')
+      .split('\0')
+      .find((arg) => arg.endsWith('.js'))
+  const seedLines = (output: string) => output.split('\n').filter((line) => line.startsWith('seed: '))
 
-    test('past the open-file limit, every helper runs dist/app.js, and the seed step runs once', async () => {
-      const server = await startServer('prlimit', ['--nofile=256', process.execPath, 'dist/start.js'], {
-        env: { SQLITE_PATH: db.path },
-      })
-      try {
-        // What the processes said, with a connection that failed: why, if they know.
-        const sockets = await openConnections(Number(new URL(server.url).port), 600).catch((error) =>
-          assert.fail(`${error.message}\n${server.output()}`),
-        )
-        const [first, ...helpers] = processTree(server.child.pid!)
-        assert.ok(helpers.length >= 2, `${helpers.length} helpers for 600 connections`)
-        assert.equal(script(first), 'dist/start.js')
-        for (const helper of helpers) assert.match(script(helper) ?? '', /\/dist\/app\.js$/)
-        assert.deepEqual(seedLines(server.output()), [`seed: ${db.path} exists, serving it as it is`])
-        for (const socket of sockets) socket.destroy()
-        assert.equal(await within(server.stop('SIGTERM'), 30_000, 'the server to exit on SIGTERM'), 0)
-      } finally {
-        server.child.kill('SIGKILL')
-      }
+  test('past the open-file limit, every helper runs dist/app.js, and the seed step runs once', async () => {
+    const server = await startServer('prlimit', ['--nofile=256', process.execPath, 'dist/start.js'], {
+      env: { SQLITE_PATH: db.path },
     })
+    try {
+      // What the processes said, with a connection that failed: why, if they know.
+      const sockets = await openConnections(Number(new URL(server.url).port), 600).catch((error) =>
+        assert.fail(`${error.message}\n${server.output()}`),
+      )
+      const [first, ...helpers] = processTree(server.child.pid!)
+      assert.ok(helpers.length >= 2, `${helpers.length} helpers for 600 connections`)
+      assert.equal(script(first), 'dist/start.js')
+      for (const helper of helpers) assert.match(script(helper) ?? '', /\/dist\/app\.js$/)
+      assert.deepEqual(seedLines(server.output()), [`seed: ${db.path} exists, serving it as it is`])
+      for (const socket of sockets) socket.destroy()
+      assert.equal(await within(server.stop('SIGTERM'), 30_000, 'the server to exit on SIGTERM'), 0)
+    } finally {
+      server.child.kill('SIGKILL')
+    }
+  })
 
-    test('WORKERS=2: both workers run dist/app.js and answer; the seed step runs once', async () => {
-      const server = await startServer(process.execPath, ['dist/start.js'], {
-        env: { SQLITE_PATH: db.path, WORKERS: '2' },
-      })
-      try {
-        await until(() => server.output().split('listening on').length === 3, 10_000, 'both workers to listen')
-        const [primary, ...workers] = processTree(server.child.pid!)
-        assert.equal(script(primary), 'dist/start.js')
-        assert.equal(workers.length, 2)
-        for (const worker of workers) assert.match(script(worker) ?? '', /\/dist\/app\.js$/)
-        assert.deepEqual(seedLines(server.output()), [`seed: ${db.path} exists, serving it as it is`])
-        assert.equal((await fetch(`${server.url}/posts/1`)).status, 200)
-        assert.equal(await within(server.stop('SIGTERM'), 30_000, 'the server to exit on SIGTERM'), 0)
-      } finally {
-        server.child.kill('SIGKILL')
-      }
+  test('WORKERS=2: both workers run dist/app.js and answer; the seed step runs once', async () => {
+    const server = await startServer(process.execPath, ['dist/start.js'], {
+      env: { SQLITE_PATH: db.path, WORKERS: '2' },
     })
+    try {
+      await until(() => server.output().split('listening on').length === 3, 10_000, 'both workers to listen')
+      const [primary, ...workers] = processTree(server.child.pid!)
+      assert.equal(script(primary), 'dist/start.js')
+      assert.equal(workers.length, 2)
+      for (const worker of workers) assert.match(script(worker) ?? '', /\/dist\/app\.js$/)
+      assert.deepEqual(seedLines(server.output()), [`seed: ${db.path} exists, serving it as it is`])
+      assert.equal((await fetch(`${server.url}/posts/1`)).status, 200)
+      assert.equal(await within(server.stop('SIGTERM'), 30_000, 'the server to exit on SIGTERM'), 0)
+    } finally {
+      server.child.kill('SIGKILL')
+    }
   })
 })

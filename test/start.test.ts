@@ -1,6 +1,7 @@
 // `npm start` (dist/start.js) with LITESTREAM_REPLICA_URL: which Litestream it runs, what it tells
 // Litestream, and what the server then reports of the replica. The losses, stops and outages are
-// test/faults/replication.test.ts's.
+// test/faults/replication.test.ts's. On the default HTTP server alone: what is checked is start.js and
+// the replica's state in /health, whatever serves HTTP (test/servers.ts runs the HTTP tests on each).
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
 import { chmodSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
