@@ -9,6 +9,8 @@
 import type { HttpBindings } from '@hono/node-server'
 import { Hono, type Context } from 'hono'
 import { existsSync, watch, type FSWatcher } from 'node:fs'
+import http from 'node:http'
+import https from 'node:https'
 import { basename, dirname } from 'node:path'
 import type { DatabaseSync, StatementSync } from 'node:sqlite'
 import {
@@ -67,20 +69,15 @@ async function forward(c: Context) {
   const headers: Record<string, string> = { authorization: c.req.header('authorization')! }
   const type = c.req.header('content-type')
   if (type) headers['content-type'] = type
-  let answer: Response
+  let answer: Answer
   try {
-    answer = await fetch(PRIMARY_API_URL + c.req.path, {
-      method: 'POST',
-      headers,
-      body: body.byteLength ? body : undefined,
-      signal: AbortSignal.timeout(FORWARD_TIMEOUT_MS),
-    })
+    answer = await postToPrimary(c.req.path, headers, body.byteLength ? new Uint8Array(body) : undefined)
   } catch (error) {
     // Refused: nothing was written. Timed out: the primary may have committed it, or not.
-    if ((error as Error).name === 'TimeoutError') throw new ApiError(504, 'primary did not answer in time')
+    if (error === TIMED_OUT) throw new ApiError(504, 'primary did not answer in time')
     throw new ApiError(503, 'primary is unreachable')
   }
-  const text = await answer.text()
+  const text = answer.text
   if (answer.status !== 200 && answer.status !== 201) return jsonResponse(answer.status, text)
   const likedPost = c.req.param('id')
   const here =
@@ -92,6 +89,30 @@ async function forward(c: Context) {
   // retry, and a second post), marked so the client knows a read here may not show it yet.
   console.warn(`follower: a write the primary took is not here after ${CATCH_UP_MS} ms; answered without it`)
   return jsonResponse(answer.status, text, { 'litestream-caught-up': 'false' })
+}
+
+// The primary's answer to a write, over connections kept open to it: node:http's client with an Agent,
+// where fetch() cost 4 to 5 x its CPU (BENCHMARKS.md, "A follower's writes over node:http").
+type Answer = { status: number; text: string }
+const client = PRIMARY_API_URL?.startsWith('https:') ? https : http
+const toPrimary = new client.Agent({ keepAlive: true })
+const TIMED_OUT = new Error('the primary did not answer within FORWARD_TIMEOUT_MS')
+
+function postToPrimary(path: string, headers: Record<string, string>, body: Uint8Array | undefined): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const length = String(body?.byteLength ?? 0)
+    const options = { method: 'POST', agent: toPrimary, headers: { ...headers, 'content-length': length } }
+    const sent = client.request(PRIMARY_API_URL + path, options, (res) => {
+      let text = ''
+      res.setEncoding('utf8')
+      res.on('data', (chunk: string) => (text += chunk))
+      res.on('end', () => resolve({ status: res.statusCode!, text }))
+      res.on('error', reject)
+    })
+    const timer = setTimeout(() => sent.destroy(TIMED_OUT), FORWARD_TIMEOUT_MS)
+    sent.on('error', reject).on('close', () => clearTimeout(timer))
+    sent.end(body)
+  })
 }
 
 // A read that fails here (Litestream holding the locks past the busy timeout) is a row not here yet.

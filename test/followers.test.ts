@@ -4,8 +4,10 @@
 // replica, every test; over s3rver, the contract's goldens and read-your-writes.
 import assert from 'node:assert/strict'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { type AddressInfo, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
+import { DatabaseSync } from 'node:sqlite'
 import { after, before, describe, test } from 'node:test'
 import { exchange } from '../harness/client.ts'
 import { startS3rver } from '../harness/s3.ts'
@@ -14,7 +16,7 @@ import { type Server, startServer } from '../harness/server.ts'
 import { sleep, within } from '../harness/time.ts'
 import { NO_LITESTREAM } from '../harness/tools.ts'
 import { contractTests, goldenTests } from './contract.ts'
-import { clusterLoad, describeNeeding, freePort, post } from './helpers.ts'
+import { clusterLoad, describeNeeding, freePort, post, smallDatabase } from './helpers.ts'
 import { killEverything, LITESTREAM_ENV } from './replication.ts'
 
 const seed = process.env.TEST_SEED_DB ?? ''
@@ -277,3 +279,48 @@ for (const store of ['a file replica', 's3rver'] as const) {
     },
   )
 }
+
+// A follower's writes when its primary cannot take them, without Litestream: the server alone on a
+// small copy (in rollback-journal mode, as a follower's is), its primary a port nobody listens on, or
+// a server that takes the connection and never answers.
+describe("a follower's writes when its primary cannot take them", () => {
+  const db = smallDatabase()
+  const copy = new DatabaseSync(db.path)
+  copy.exec('PRAGMA journal_mode = DELETE')
+  copy.close()
+  const silent = createServer((socket) => socket.on('error', () => {}))
+  const followers: Server[] = []
+  const followerOf = async (primary: string) => {
+    const env = { SQLITE_PATH: db.path, PRIMARY_API_URL: primary, BUSY_TIMEOUT_MS: '100' }
+    followers.push(await startServer(process.execPath, ['dist/app.js'], { env }))
+    return followers.at(-1)!.url
+  }
+  before(() => new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve)))
+  after(async () => {
+    for (const follower of followers) await within(follower.stop(), 15_000, 'a follower to exit on SIGTERM')
+    silent.close()
+    db.remove()
+  })
+
+  test('nobody listens: 503 primary is unreachable, and the follower serves on', async () => {
+    const url = await followerOf(`http://127.0.0.1:${await freePort()}`)
+    await expectError(
+      await post(url, '/posts', await db.tokenFor(1), { body: 'nobody takes this' }),
+      503,
+      'primary is unreachable',
+    )
+    await expectError(await post(url, '/posts/5/like', await db.tokenFor(1)), 503, 'primary is unreachable')
+    assert.equal((await fetch(`${url}/posts/5`)).status, 200)
+  })
+
+  // The wait is BUSY_TIMEOUT_MS (the primary's own wait for the write lock) and 5 s.
+  test('no answer: 504 primary did not answer in time, after 5.1 s; reads are served meanwhile', async () => {
+    const url = await followerOf(`http://127.0.0.1:${(silent.address() as AddressInfo).port}`)
+    const started = performance.now()
+    const write = post(url, '/posts', await db.tokenFor(2), { body: 'lost in the mail' })
+    assert.equal((await fetch(`${url}/feed`)).status, 200)
+    await expectError(await within(write, 15_000, 'the answer to the write'), 504, 'primary did not answer in time')
+    const waited = performance.now() - started
+    assert.ok(waited >= 5_000 && waited < 10_000, `answered after ${waited.toFixed(0)} ms`)
+  })
+})
