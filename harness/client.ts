@@ -5,7 +5,7 @@ import { connect } from 'node:net'
 export type Answer = { status?: number; headers: Record<string, string>; body: string; bodyBytes: number; raw: string }
 
 // One request, as bytes, on a connection of its own: whatever comes back before the server closes it
-// (or timeoutMs pass), with the head parsed. A whole response with a Content-Length is enough.
+// (or timeoutMs pass), with the first answer's head parsed. A whole response with a Content-Length is enough.
 export function exchange(
   port: number,
   bytes: Buffer | string,
@@ -20,7 +20,12 @@ export function exchange(
       const received = Buffer.concat(chunks)
       const end = received.indexOf('\r\n\r\n')
       const head = received.subarray(0, end < 0 ? received.length : end).toString('utf8')
-      const body = end < 0 ? Buffer.alloc(0) : received.subarray(end + 4)
+      // The first answer's body: what its Content-Length says, where it says one (another answer may follow).
+      const length = /\r\ncontent-length: *(\d+)/i.exec(head)?.[1]
+      const body =
+        end < 0
+          ? Buffer.alloc(0)
+          : received.subarray(end + 4, length === undefined ? undefined : end + 4 + Number(length))
       const status = /^HTTP\/1\.1 (\d{3}) /.exec(head)?.[1]
       const headers = Object.fromEntries(
         head

@@ -70,7 +70,7 @@ export function createNodeServer(fetch: Fetch): ApiServer {
   // HTTP that cannot be parsed, headers over 16 KB, or a client too slow: the same error shape, then close.
   server.on('clientError', (error: NodeJS.ErrnoException, socket: Duplex) => {
     if (error.code === 'ECONNRESET' || !socket.writable) return socket.destroy()
-    socket.end(rawError(CLIENT_ERRORS[error.code ?? ''] ?? 400, REFUSALS[CLIENT_ERRORS[error.code ?? ''] ?? 400]))
+    afterAnswers(socket as Connection, error.code)
   })
   // An expectation other than 100-continue: Node's own 417 has no body.
   server.on('checkExpectation', (_request: IncomingMessage, response: ServerResponse) => refuseAndClose(response, 417))
@@ -81,6 +81,24 @@ const CLIENT_ERRORS: Record<string, number> = {
   HPE_HEADER_OVERFLOW: 431,
   ERR_HTTP_REQUEST_TIMEOUT: 408,
   HPE_CHUNK_EXTENSIONS_OVERFLOW: 413,
+}
+
+// The requests read whole before the fault are answered first, in order, as ours answers them: Node
+// would write the refusal at once, ahead of answers still on their way, and drop those, though their
+// handlers ran (a post committed, and its client told 400). A fault inside a request, its body cut
+// short, is that request's answer, at once: its handler waits for a body that will not come. Bytes
+// after a request with Connection: close are ignored (RFC 9112, 9.6), and its answer closes.
+const REFUSAL = Symbol('the refusal to write once its answers are')
+type Parsing = Connection & { parser?: { incoming?: IncomingMessage | null } }
+
+function afterAnswers(socket: Parsing, code: string | undefined) {
+  if (socket[REFUSAL] !== undefined) return // refused already: Node reads on, and faults again
+  const status = CLIENT_ERRORS[code ?? ''] ?? 400
+  const refuse = () =>
+    code === 'HPE_CLOSED_CONNECTION' ? socket.end() : socket.end(rawError(status, REFUSALS[status]))
+  const cutShort = socket.parser?.incoming?.complete === false
+  if (cutShort || (socket[UNWRITTEN] ?? 0) === 0) return refuse()
+  socket[REFUSAL] = refuse
 }
 
 // RFC 9112 requires Host of HTTP/1.1 requests only; the adapter needs one of every request, to build its
@@ -112,7 +130,13 @@ function closingWhen(fetch: Fetch, draining: () => boolean): Fetch {
 // Past capacity, a connection is answered once and closed: GET /health as usual, anything else a 503;
 // one that asks nothing within a second is sent the 503 all the same.
 const OVER = Symbol('past capacity')
-type Connection = Socket & { [OVER]?: NodeJS.Timeout; [UNWRITTEN]?: number; [ANSWERED]?: number; [READ]?: number }
+type Connection = Socket & {
+  [OVER]?: NodeJS.Timeout
+  [UNWRITTEN]?: number
+  [ANSWERED]?: number
+  [READ]?: number
+  [REFUSAL]?: () => void
+}
 
 function overCapacity(socket: Connection) {
   socket[OVER] = setTimeout(() => {
@@ -163,15 +187,25 @@ function boundPipelining(listener: RequestListener): RequestListener {
   }
 }
 
+// A Response node:http cannot write (a field value with a CR or LF, say) throws in the adapter past
+// its own catch: a 500 here, where the rejection would end the process.
 function answerIfOpen(listener: RequestListener, incoming: IncomingMessage, outgoing: ServerResponse) {
-  if (!incoming.socket.destroyed) listener(incoming, outgoing)
+  if (incoming.socket.destroyed) return
+  const answering = listener(incoming, outgoing) as Promise<void> | undefined
+  answering?.catch((error: unknown) => {
+    console.error(error)
+    if (outgoing.headersSent) return void outgoing.destroy()
+    const body = errorBody('internal server error')
+    const fields = { ...JSON_HEADERS, 'content-length': Buffer.byteLength(body), connection: 'close' }
+    outgoing.writeHead(500, fields).end(body)
+  })
 }
 
 function written(this: ServerResponse) {
   const socket = this.req.socket as Connection
-  socket[UNWRITTEN]!--
   socket[ANSWERED] = nextAnswer()
   socket[READ] = socket.bytesRead
+  if (--socket[UNWRITTEN]! === 0) socket[REFUSAL]?.()
 }
 
 // One that never asked is idle since it connected.
