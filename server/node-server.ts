@@ -85,19 +85,34 @@ const CLIENT_ERRORS: Record<string, number> = {
 
 // The requests read whole before the fault are answered first, in order, as ours answers them: Node
 // would write the refusal at once, ahead of answers still on their way, and drop those, though their
-// handlers ran (a post committed, and its client told 400). A fault inside a request, its body cut
-// short, is that request's answer, at once: its handler waits for a body that will not come. Bytes
-// after a request with Connection: close are ignored (RFC 9112, 9.6), and its answer closes.
+// handlers ran (a post committed, and its client told 400). The request the fault is in is not
+// answered but refused: one whose head Node handed on in this same read never reaches its handler, and
+// one whose handler has begun (its body cut short, or its trailer too large) is refused at once, as it
+// waits for a body that will not come. Bytes after a request with Connection: close are ignored
+// (RFC 9112, 9.6), and its answer closes.
 const REFUSAL = Symbol('the refusal to write once its answers are')
-type Parsing = Connection & { parser?: { incoming?: IncomingMessage | null } }
+const CLOSING = Symbol('an answer of ours closes it')
+const BEGUN = Symbol('its handler has begun')
+type Incoming = IncomingMessage & { [BEGUN]?: boolean; [REFUSAL]?: true }
+type Parsing = Connection & { parser?: { incoming?: Incoming | null } }
 
 function afterAnswers(socket: Parsing, code: string | undefined) {
   if (socket[REFUSAL] !== undefined) return // refused already: Node reads on, and faults again
   const status = CLIENT_ERRORS[code ?? ''] ?? 400
-  const refuse = () =>
-    code === 'HPE_CLOSED_CONNECTION' ? socket.end() : socket.end(rawError(status, REFUSALS[status]))
-  const cutShort = socket.parser?.incoming?.complete === false
-  if (cutShort || (socket[UNWRITTEN] ?? 0) === 0) return refuse()
+  // After an answer that closes the connection (Connection: close asked, or a refusal of ours: a 417,
+  // say), nothing more is read or said.
+  const refuse = () => {
+    if (socket.writableEnded) return
+    if (code === 'HPE_CLOSED_CONNECTION' || socket[CLOSING]) socket.end()
+    else socket.end(rawError(status, REFUSALS[status]))
+  }
+  const faulty = socket.parser?.incoming
+  if (faulty && !faulty.complete) {
+    if (faulty[BEGUN]) return refuse()
+    faulty[REFUSAL] = true
+    socket[UNWRITTEN]!--
+  }
+  if ((socket[UNWRITTEN] ?? 0) === 0) return refuse()
   socket[REFUSAL] = refuse
 }
 
@@ -136,6 +151,7 @@ type Connection = Socket & {
   [ANSWERED]?: number
   [READ]?: number
   [REFUSAL]?: () => void
+  [CLOSING]?: true
 }
 
 function overCapacity(socket: Connection) {
@@ -157,6 +173,8 @@ const overCapacityAnswered =
   }
 
 function refuseAndClose(outgoing: ServerResponse, status: number, fields: Record<string, string> = {}) {
+  const socket: Connection = outgoing.req.socket as Socket
+  socket[CLOSING] = true
   const body = errorBody(REFUSALS[status])
   outgoing
     .writeHead(status, { ...JSON_HEADERS, ...fields, 'content-length': Buffer.byteLength(body), connection: 'close' })
@@ -189,8 +207,9 @@ function boundPipelining(listener: RequestListener): RequestListener {
 
 // A Response node:http cannot write (a field value with a CR or LF, say) throws in the adapter past
 // its own catch: a 500 here, where the rejection would end the process.
-function answerIfOpen(listener: RequestListener, incoming: IncomingMessage, outgoing: ServerResponse) {
-  if (incoming.socket.destroyed) return
+function answerIfOpen(listener: RequestListener, incoming: Incoming, outgoing: ServerResponse) {
+  if (incoming.socket.destroyed || incoming[REFUSAL]) return
+  incoming[BEGUN] = true
   const answering = listener(incoming, outgoing) as Promise<void> | undefined
   answering?.catch((error: unknown) => {
     console.error(error)
