@@ -267,9 +267,10 @@ async function statementAndMix(run: Run, { flags, plain, primary, follower, foll
     "     the primary (its API and Litestream), taking the follower's writes: " +
       `${fmt(primaryUs, 1)} us a follower request`,
   )
+  const primaryPids = () => [primary.pid] // its CPU for the follower's writes, apart
   const users = {
     'plain file': await usersOnPlain(run, flags, plain),
-    follower: await usersCost(run, follower.url, () => [follower.pid], () => [primary.pid]),
+    follower: await usersCost(run, follower.url, () => [follower.pid], primaryPids),
   }
   console.log(`     ${fmt(HOLD_USERS)} users on each (${fmt(HOLD_USERS * USER_RATE)} requests a second):`)
   printMix(users)
@@ -292,6 +293,7 @@ async function usersOnPlain(run: Run, flags: string[], plain: string): Promise<S
   }
 }
 
+// CPU a request of the server's processes (the follower's Litestream included), and of others, over the hold.
 async function usersCost(run: Run, url: string, pids: () => number[], others = () => [] as number[]) {
   const holdS = run.quick ? 20 : 60
   const deadlines = { arriveMs: 150_000, doneMs: (holdS + 60) * 1000, name: url }
@@ -303,8 +305,9 @@ async function usersCost(run: Run, url: string, pids: () => number[], others = (
     const tally = await users.done()
     if (tally.failure) throw tally.failure
     const [cpu, othersCpu] = [ticks(pids) - before[0], ticks(others) - before[1]].map((t) => t * TICK_US)
-    const at = (q: number) => tally.latencies[Math.min(tally.latencies.length - 1, Math.floor(q * tally.latencies.length))]
-    const result: Saturation = {
+    const at = (q: number) =>
+      tally.latencies[Math.min(tally.latencies.length - 1, Math.floor(q * tally.latencies.length))]
+    return {
       rps: tally.answered / tally.seconds,
       cpu_us: cpu / tally.answered,
       others_cpu_us: othersCpu / tally.answered,
@@ -313,8 +316,7 @@ async function usersCost(run: Run, url: string, pids: () => number[], others = (
       errors: tally.errors,
       example: tally.example ?? '',
       load_cpu: Math.max(...tally.generatorCpu),
-    }
-    return result
+    } satisfies Saturation
   } finally {
     users.stop()
   }

@@ -121,7 +121,14 @@ function streamAnswer(response: globalThis.Response, request: Request): Answer {
   const chunked = stream !== undefined && request.minor === 1
   const close = !request.keepAlive || fields.close || (stream !== undefined && !chunked)
   const framing = bodiless ? '' : !stream ? 'Content-Length: 0\r\n' : chunked ? 'Transfer-Encoding: chunked\r\n' : ''
-  return { head: headOf(status, fields.text, close, framing), latin1: fields.latin1, body: null, stream, chunked, close }
+  return {
+    head: headOf(status, fields.text, close, framing),
+    latin1: fields.latin1,
+    body: null,
+    stream,
+    chunked,
+    close,
+  }
 }
 
 const headOf = (status: number, fields: string, close: boolean, framing: string) =>

@@ -81,7 +81,10 @@ async function expectError(res: Response, status: number, message: string) {
 
 describe('a server setup (configure)', () => {
   test('is refused once the API has opened its database without one: the open connection would not have it', () => {
-    assert.throws(() => configure({ readOnly: true }), /configure\(\) is called once, before the API opens its database/)
+    assert.throws(
+      () => configure({ readOnly: true }),
+      /configure\(\) is called once, before the API opens its database/,
+    )
   })
 })
 

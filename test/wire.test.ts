@@ -316,8 +316,7 @@ forEachServer(
       {
         server: 'node-server',
         test: 'a frozen record of fields says the same on every answer, and a bad one is refused every time',
-        reason:
-          'known: the one above: a value past ASCII goes as UTF-8',
+        reason: 'known: the one above: a value past ASCII goes as UTF-8',
       },
       {
         server: 'node-server',
