@@ -92,8 +92,9 @@ const CLIENT_ERRORS: Record<string, number> = {
 // (RFC 9112, 9.6), and its answer closes.
 const REFUSAL = Symbol('the refusal to write once its answers are')
 const CLOSING = Symbol('an answer of ours closes it')
+const COUNTED = Symbol('its answer counts in UNWRITTEN')
 const BEGUN = Symbol('its handler has begun')
-type Incoming = IncomingMessage & { [BEGUN]?: boolean; [REFUSAL]?: true }
+type Incoming = IncomingMessage & { [COUNTED]?: true; [BEGUN]?: true; [REFUSAL]?: true }
 type Parsing = Connection & { parser?: { incoming?: Incoming | null } }
 
 function afterAnswers(socket: Parsing, code: string | undefined) {
@@ -107,7 +108,7 @@ function afterAnswers(socket: Parsing, code: string | undefined) {
     else socket.end(rawError(status, REFUSALS[status]))
   }
   const faulty = socket.parser?.incoming
-  if (faulty && !faulty.complete) {
+  if (faulty?.[COUNTED] && !faulty.complete) {
     if (faulty[BEGUN]) return refuse()
     faulty[REFUSAL] = true
     socket[UNWRITTEN]!--
@@ -196,6 +197,8 @@ function boundPipelining(listener: RequestListener): RequestListener {
     const ahead = socket[UNWRITTEN] ?? 0
     if (ahead >= MAX_UNWRITTEN || socket.destroyed) return void socket.destroy()
     socket[UNWRITTEN] = ahead + 1
+    const counted: Incoming = incoming
+    counted[COUNTED] = true
     outgoing.on('finish', written) // its last byte is with the kernel
     // Answered once Node has parsed all it read (Node runs no microtask inside its parser): a
     // connection that pipelines past the bound is closed by then, and costs no query. A microtask,
@@ -213,10 +216,12 @@ function answerIfOpen(listener: RequestListener, incoming: Incoming, outgoing: S
   const answering = listener(incoming, outgoing) as Promise<void> | undefined
   answering?.catch((error: unknown) => {
     console.error(error)
-    if (outgoing.headersSent) return void outgoing.destroy()
     const body = errorBody('internal server error')
     const fields = { ...JSON_HEADERS, 'content-length': Buffer.byteLength(body), connection: 'close' }
-    outgoing.writeHead(500, fields).end(body)
+    try {
+      if (!outgoing.headersSent) return void outgoing.writeHead(500, fields).end(body)
+    } catch {} // what cannot be answered is closed
+    outgoing.destroy()
   })
 }
 
