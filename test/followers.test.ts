@@ -295,6 +295,8 @@ describe("a follower's writes when its primary cannot take them", () => {
     followers.push(await startServer(process.execPath, ['dist/app.js'], { env }))
     return followers.at(-1)!.url
   }
+  // Each request's deadline, past the follower's own wait for its primary (FORWARD_TIMEOUT_MS, 5.1 s here).
+  const deadline = () => AbortSignal.timeout(15_000)
   before(() => new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve)))
   after(async () => {
     for (const follower of followers) await within(follower.stop(), 15_000, 'a follower to exit on SIGTERM')
@@ -305,12 +307,13 @@ describe("a follower's writes when its primary cannot take them", () => {
   test('nobody listens: 503 primary is unreachable, and the follower serves on', async () => {
     const url = await followerOf(`http://127.0.0.1:${await freePort()}`)
     await expectError(
-      await post(url, '/posts', await db.tokenFor(1), { body: 'nobody takes this' }),
+      await post(url, '/posts', await db.tokenFor(1), { body: 'nobody takes this' }, deadline()),
       503,
       'primary is unreachable',
     )
-    await expectError(await post(url, '/posts/5/like', await db.tokenFor(1)), 503, 'primary is unreachable')
-    assert.equal((await fetch(`${url}/posts/5`)).status, 200)
+    const like = await post(url, '/posts/5/like', await db.tokenFor(1), undefined, deadline())
+    await expectError(like, 503, 'primary is unreachable')
+    assert.equal((await fetch(`${url}/posts/5`, { signal: deadline() })).status, 200)
   })
 
   // The wait is BUSY_TIMEOUT_MS (the primary's own wait for the write lock) and 5 s.
@@ -318,7 +321,7 @@ describe("a follower's writes when its primary cannot take them", () => {
     const url = await followerOf(`http://127.0.0.1:${(silent.address() as AddressInfo).port}`)
     const started = performance.now()
     const write = post(url, '/posts', await db.tokenFor(2), { body: 'lost in the mail' })
-    assert.equal((await fetch(`${url}/feed`)).status, 200)
+    assert.equal((await fetch(`${url}/feed`, { signal: deadline() })).status, 200)
     await expectError(await within(write, 15_000, 'the answer to the write'), 504, 'primary did not answer in time')
     const waited = performance.now() - started
     assert.ok(waited >= 5_000 && waited < 10_000, `answered after ${waited.toFixed(0)} ms`)
