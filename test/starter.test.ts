@@ -1,10 +1,21 @@
 // app.ts as a starter: what the README's "Use app.ts as a starter" tells a copier to run, run as it is
-// written there, in an empty folder, with the project's Node; then the contract on a fresh seed.
+// written there, in an empty folder beside this checkout, on a machine whose own `node` is too old (the
+// README's lines put the Node the checkout brought first); then the contract on a fresh seed.
 import assert from 'node:assert/strict'
 import { spawnSync } from 'node:child_process'
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import {
+  chmodSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs'
 import { tmpdir } from 'node:os'
-import { basename, dirname, join } from 'node:path'
+import { basename, join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
 import { DEFAULT_SECRET, freshSeededCopy } from '../harness/seed.ts'
 import { type Server, startServer } from '../harness/server.ts'
@@ -13,15 +24,11 @@ import { ROOT } from '../harness/tools.ts'
 import { contractTests } from './contract.ts'
 import { post } from './helpers.ts'
 
-// The section's blocks: its sh blocks' lines, with this checkout where they name the repository's
-// folder, and the output it shows.
+// The section's blocks: its sh blocks' lines, as written, and the output it shows.
 function starterSection(): { commands: string[]; write: string[]; shown: string } {
   const section = readFileSync(join(ROOT, 'README.md'), 'utf8').split('\n## Use `app.ts` as a starter\n')[1] ?? ''
   const blocks = [...section.split('\n## ')[0].matchAll(/```(sh|json)\n([\s\S]*?)```/g)].map(([, , text]) =>
-    text
-      .trim()
-      .split('\n')
-      .map((line) => line.replaceAll('../twelve-dollar-feed/', `${ROOT}/`)),
+    text.trim().split('\n'),
   )
   assert.equal(blocks.length, 3, 'README.md has the section: its commands, the write, and its answer')
   return { commands: blocks[0], write: blocks[1], shown: blocks[2].join('\n') }
@@ -38,11 +45,25 @@ function copiedFiles(commands: string[]): string[] {
 }
 
 describe('app.ts as a starter, copied as the README says', { timeout: 180_000 }, () => {
+  // The folder the README's commands run in, with this checkout beside it by the name they use.
   const folder = mkdtempSync(join(tmpdir(), 'starter-'))
+  symlinkSync(ROOT, join(folder, 'twelve-dollar-feed'))
+  // A machine whose own node is older than the pin: a stand-in that stops at the flag Node 20 does not
+  // know, as Node 20 does, and runs anything else (npm) on this Node.
+  const old = join(folder, 'old-node')
+  mkdirSync(old)
+  writeFileSync(
+    join(old, 'node'),
+    `#!/bin/sh
+for arg; do [ "$arg" = --experimental-import-text ] && { echo "node: bad option: $arg" >&2; exit 9; }; done
+exec '${process.execPath}' "$@"
+`,
+  )
+  chmodSync(join(old, 'node'), 0o755)
   const db = freshSeededCopy()
-  // The project's Node first on the PATH, and a home of its own.
+  // That node first on the PATH, and a home of its own.
   const env = {
-    PATH: `${dirname(process.execPath)}:${process.env.PATH}`,
+    PATH: `${old}:${process.env.PATH}`,
     HOME: folder,
     npm_config_prefer_offline: 'true',
     npm_config_audit: 'false',
@@ -70,8 +91,9 @@ describe('app.ts as a starter, copied as the README says', { timeout: 180_000 },
     )
     const cd = /^mkdir (\S+) && cd \1$/.exec(setup[0])?.[1]
     assert.ok(cd, `the first command makes the folder and enters it: ${setup[0]}`)
-    const [command, ...args] = commands.at(-1)!.split(' ')
-    server = await startServer(command, args, {
+    // The last command in the same terminal: what the lines before it exported, then the server.
+    const exported = setup.filter((line) => line.startsWith('export '))
+    server = await startServer('bash', ['-euc', [...exported, `exec ${commands.at(-1)}`].join('\n')], {
       cwd: join(folder, cd),
       env: { ...env, SQLITE_PATH: db.path, JWT_SECRET: DEFAULT_SECRET },
     })
@@ -80,6 +102,8 @@ describe('app.ts as a starter, copied as the README says', { timeout: 180_000 },
   after(async () => {
     if (server) await within(server.stop(), 15_000, 'the server to exit on SIGTERM')
     db.remove()
+    // The link to this checkout first, so that nothing removes what it points to.
+    unlinkSync(join(folder, 'twelve-dollar-feed'))
     rmSync(folder, { recursive: true, force: true })
   })
 
