@@ -1,7 +1,7 @@
 // The documentation's links: every relative link in the Markdown files reaches a file, and every #anchor
 // a heading of it, by GitHub's rules, so a section moved between the README and docs/ leaves no dead link.
 import assert from 'node:assert/strict'
-import { existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join, relative, resolve } from 'node:path'
 import { describe, test } from 'node:test'
@@ -72,16 +72,22 @@ describe('the documentation', () => {
   }
 
   test('finds a dead link and a dead anchor', () => {
-    const file = join(mkdtempSync(join(tmpdir(), 'docs-')), 'dead.md')
+    const dir = mkdtempSync(join(tmpdir(), 'docs-'))
+    const file = join(dir, 'dead.md')
     writeFileSync(file, '# Here\n\n[ok](#here) [file](nowhere.md) [heading](#gone) `[code](nowhere.md)`\n')
-    assert.deepEqual(
-      brokenLinks(file).map((why) => why.split(':')[0]),
-      ['no such file', 'no such heading'],
-    )
+    try {
+      assert.deepEqual(
+        brokenLinks(file).map((why) => why.split(':')[0]),
+        ['no such file', 'no such heading'],
+      )
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })
 
-// What the docs and the code's comments name must exist: a file of the repository by its path, an npm
+// What the docs and the code's comments name must exist: a file of the repository by its path (or, in
+// prose and comments, by its bare name: a file at the root, or one of that name in some folder), an npm
 // script, a setting (an environment variable the code reads), and a part of a Markdown file quoted after
 // its name (`BENCHMARKS.md, "Now"`: a heading, or a list item's bold lead). Other projects' paths (the
 // challenge's files, llhttp's, Node's) are told apart by the folders ours live in and by their context;
@@ -96,6 +102,7 @@ const CODE = [
   'load.js',
   'Dockerfile',
   '.ci/run',
+  ...readdirSync(join(ROOT, 'docs', 'deploy')).map((f) => `docs/deploy/${f}`),
   ...['server', 'harness', 'bench', 'test', 'test/faults', 'challenge', 'pinned-node'].flatMap((dir) =>
     readdirSync(join(ROOT, dir))
       .filter((f) => /\.(ts|mjs|js|sh)$/.test(f))
@@ -108,6 +115,41 @@ const PATH = new RegExp(
   `(?<![\\w./-])((?:${FOLDERS.join('|')})/[\\w./-]*\\.(?:ts|mjs|js|md|sh|json|lua|svg|sql))\\b`,
   'g',
 )
+// A bare file name, of the kinds this repository holds, not part of a path.
+const NAME = /(?<![\w./@$-])([A-Za-z][\w-]*(?:\.[\w-]+)*\.(?:ts|mjs|js|md|sh|json|sql|conf|service|env))\b(?![\w/(-])/g
+// Bare names that are not files of this repository: the bundles and tokens.json, which the build and the
+// seed write; the challenge's own files; the workplace's Docker script; a usage line's placeholder.
+const NOT_OURS = new Set([
+  'Node.js',
+  'app.js',
+  'seed.js',
+  'start.js',
+  'tokens.json',
+  'CONTRACT.md',
+  'SEED.md',
+  'docker-engine.sh',
+  'file.json',
+])
+// Every file name the repository holds, in any folder but what is installed, generated or git's.
+function fileNames(dir = ROOT, names = new Set<string>()): Set<string> {
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    if (['node_modules', '.git', 'dist', '.cache', 'results'].includes(entry.name)) continue
+    if (entry.isDirectory()) fileNames(join(dir, entry.name), names)
+    else names.add(entry.name)
+  }
+  return names
+}
+// The prose a bare name is looked for in: a Markdown file's (BENCHMARKS.md's up to its History), a code
+// file's comments (// in JavaScript and TypeScript, # elsewhere), each line's from its marker on.
+function prosePart(file: string): string {
+  if (file.endsWith('.md')) return text(file)
+  const marker = /\.(ts|mjs|js)$/.test(file) ? /(?:^|\s)\/\/(.*)$/ : /(?:^|\s)#(.*)$/
+  return readFileSync(join(ROOT, file), 'utf8')
+    .split('\n')
+    .flatMap((line) => marker.exec(line)?.[1] ?? [])
+    .join('\n')
+}
+
 // Settings that are not this project's to read: the OS's, glibc's, libuv's, Docker's, Node's, k6's.
 const OTHERS_SETTINGS = new Set([
   'LD_PRELOAD',
@@ -136,9 +178,13 @@ function parts(file: string): string[] {
 export function missingNames(files: string[]): string[] {
   const scripts = Object.keys(JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).scripts)
   const code = CODE.map(text).join('\n')
+  const names = fileNames()
   const missing: string[] = []
   for (const file of files) {
     const body = text(file)
+    for (const [, name] of prosePart(file).matchAll(NAME)) {
+      if (!names.has(name) && !NOT_OURS.has(name)) missing.push(`${file}: the file ${name}`)
+    }
     for (const { 1: path, index } of body.matchAll(PATH)) {
       if (GENERATED.test(path) || /llhttp/.test(body.slice(Math.max(0, index - 40), index))) continue
       if (!existsSync(join(ROOT, path))) missing.push(`${file}: the file ${path}`)
@@ -169,22 +215,40 @@ describe('what the docs and comments name', () => {
     assert.deepEqual(missingNames([...DOCS, ...CODE]), [])
   })
 
-  test('finds a missing file, script, setting and section', () => {
+  test('finds a missing file, script, setting and section, in a page and in a comment', () => {
+    // In the repository, as the names are read from it; bench/.cache is git-ignored.
+    mkdirSync(join(ROOT, 'bench', '.cache'), { recursive: true })
     const dir = mkdtempSync(join(ROOT, 'bench', '.cache', 'docs-'))
-    const file = relative(ROOT, join(dir, 'named.md'))
+    const [page, code] = ['named.md', 'named.ts'].map((name) => relative(ROOT, join(dir, name)))
     writeFileSync(
-      join(ROOT, file),
-      'See server/nowhere.ts, `npm run nothing`, `NO_SUCH_SETTING` and BENCHMARKS.md, "No such section".\n' +
-        'But server/wire.ts, `npm test`, `SQLITE_PATH` and BENCHMARKS.md, "Now" are there.\n',
+      join(ROOT, page),
+      'See server/nowhere.ts, `nowhere.sh`, `npm run nothing`, `NO_SUCH_SETTING` and BENCHMARKS.md, "No such section".\n' +
+        'But server/wire.ts, `token.ts`, `http1.ts`, `npm test`, `SQLITE_PATH` and BENCHMARKS.md, "Now" are there.\n',
     )
-    assert.deepEqual(
-      missingNames([file]).map((why) => why.split(': ')[1]),
-      [
-        'the file server/nowhere.ts',
-        'the script npm run nothing',
-        'the section "No such section" of BENCHMARKS.md',
-        'the setting NO_SUCH_SETTING',
-      ],
+    writeFileSync(
+      join(ROOT, code),
+      "// As server/gone.ts and SEEDS.md say (not app.ts, server/main.ts or BENCHMARKS.md, 'Now'): npm run gone,\n" +
+        '// BENCHMARKS.md, "Gone section".\n' +
+        "const path = 'server/in-code.ts', name = 'in-code.ts' // not a comment's, but a path all the same\n",
     )
+    try {
+      assert.deepEqual(
+        missingNames([page, code]).map((why) => why.split(': ')[1]),
+        [
+          'the file nowhere.sh',
+          'the file server/nowhere.ts',
+          'the script npm run nothing',
+          'the section "No such section" of BENCHMARKS.md',
+          'the setting NO_SUCH_SETTING',
+          'the file SEEDS.md',
+          'the file server/gone.ts',
+          'the file server/in-code.ts',
+          'the script npm run gone',
+          'the section "Gone section" of BENCHMARKS.md',
+        ],
+      )
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })
