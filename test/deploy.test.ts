@@ -1,7 +1,7 @@
-// docs/deploy.md's files, as a box would run them: the systemd unit checked by systemd-analyze, and
-// nginx, the real one, with docs/deploy/nginx.conf and a certificate made here, in front of the built
-// server on a fresh seed: the contract over HTTPS through it, its own refusals in the API's shape, and
-// never a 502.
+// docs/deploy.md's files, as a box would run them: the systemd unit checked by systemd-analyze, and its
+// command on the database step 2 makes; nginx, the real one, with docs/deploy/nginx.conf and a
+// certificate made here, in front of the built server on a fresh seed: the contract over HTTPS through
+// it, its own refusals in the API's shape, and never a 502.
 import assert from 'node:assert/strict'
 import { execFileSync, spawn, spawnSync, type ChildProcess } from 'node:child_process'
 import { connect as tlsConnect } from 'node:tls'
@@ -15,10 +15,11 @@ import { sleep, within } from '../harness/time.ts'
 import { ROOT } from '../harness/tools.ts'
 import { DRAIN_MS, KEEP_ALIVE_MS } from '../server/api-server.ts'
 import { contractTests } from './contract.ts'
-import { describeNeeding, freePort } from './helpers.ts'
+import { describeNeeding, freePort, post } from './helpers.ts'
 
 const DEPLOY = join(ROOT, 'docs', 'deploy')
 const UNIT = readFileSync(join(DEPLOY, 'twelve-dollar-feed.service'), 'utf8')
+const GUIDE = readFileSync(join(ROOT, 'docs', 'deploy.md'), 'utf8')
 const SITE = readFileSync(join(DEPLOY, 'nginx.conf'), 'utf8')
 const which = (tool: string) => spawnSync('sh', ['-c', `command -v ${tool}`], { encoding: 'utf8' }).stdout.trim()
 const seconds = (text: string, setting: RegExp) => Number(setting.exec(text)?.[1])
@@ -40,6 +41,49 @@ describeNeeding(!which('systemd-analyze') && 'no systemd-analyze here', 'the sys
     assert.match(UNIT, /^User=feed$/m)
     assert.match(UNIT, /^EnvironmentFile=\/etc\/twelve-dollar-feed\.env$/m)
     assert.ok(seconds(UNIT, /^TimeoutStopSec=(\d+)$/m) >= DRAIN_MS / 1000 + 10, 'the drain and a last sync fit')
+  })
+})
+
+// Step 2 as docs/deploy.md has it: token.ts, run before the first start, makes the database and its
+// first user; the unit's command then serves that database as it is, with no seed, and the token posts.
+describe("the first start on the database docs/deploy.md's step 2 makes", { timeout: 60_000 }, () => {
+  const dir = mkdtempSync(join(tmpdir(), 'first-start-'))
+  const env = { SQLITE_PATH: join(dir, 'feed.db'), JWT_SECRET: 'a secret of this run' }
+  let api: Server
+  let token = ''
+
+  before(async () => {
+    const step =
+      / SQLITE_PATH=\/var\/lib\/twelve-dollar-feed\/feed\.db node_modules\/\.bin\/node (.*token\.ts alice)'$/m.exec(
+        GUIDE,
+      )
+    assert.ok(step, "docs/deploy.md's step 2 runs token.ts as the service's user, on the service's database")
+    const [made, started] = [step[0], 'systemctl enable --now'].map((line) => GUIDE.indexOf(line))
+    assert.ok(made < started, 'step 2 makes the database before the service first starts')
+    const run = spawnSync(process.execPath, step[1].split(' '), {
+      cwd: ROOT,
+      env: { PATH: process.env.PATH, ...env },
+      encoding: 'utf8',
+      timeout: 30_000,
+    })
+    assert.equal(run.status, 0, run.stderr)
+    token = run.stdout.trim()
+    const exec = /^ExecStart=\/opt\/twelve-dollar-feed\/node_modules\/\.bin\/node (.*)$/m.exec(UNIT)
+    assert.ok(exec, "the unit runs the checkout's Node")
+    api = await startServer(process.execPath, exec[1].split(' '), { env })
+  })
+
+  after(async () => {
+    if (api) await within(api.stop(), 15_000, 'the server to exit on SIGTERM')
+    rmSync(dir, { recursive: true, force: true })
+  })
+
+  test('is served as it is, not seeded, and the token step 2 printed posts with a 201', async () => {
+    assert.match(api.output(), /seed: .* exists, serving it as it is/)
+    const res = await post(api.url, '/posts', token, { body: 'hello' })
+    assert.equal(res.status, 201)
+    assert.equal((await res.json()).post.author, 'alice')
+    assert.equal((await (await fetch(`${api.url}/feed`)).json()).posts.length, 1)
   })
 })
 
