@@ -1,13 +1,15 @@
 // Counting (bench/instructions.ts): the figures a request of one server, each endpoint alone or the mix
 // (bench/sequence.ts), on fresh copies of the seed: valgrind's instruction counts of runs of 0, n and 2n
-// requests, and one plain run for the CPU time, the bytes allocated and the syscalls. Under valgrind the
-// server runs with what makes the count repeat (bench/README.md, "Counting instructions").
+// requests, one plain run for the CPU time and the syscalls, and one with the inspector for the bytes
+// allocated. Under valgrind the server runs with what makes the count repeat (bench/README.md,
+// "Counting instructions").
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs'
 import { cpus } from 'node:os'
 import { join } from 'node:path'
 import { processTree } from '../harness/proc.ts'
+import { openInspector } from '../harness/server.ts'
 import { CACHE, DEFAULT_SECRET, type Seed } from '../harness/seed.ts'
 import { fmt, log } from './lib.ts'
 import { send, sequence, type Kind } from './sequence.ts'
@@ -112,34 +114,18 @@ async function instructions(target: Target, kind: Kind, k: number, seed: Seed, t
   return total
 }
 
-// Preloaded in the plain run: on SIGUSR2 the server writes the bytes V8 has allocated since it started.
-const ALLOCATED = `--import=data:text/javascript,${encodeURIComponent(
-  "import { getHeapStatistics } from 'node:v8'; process.on('SIGUSR2', () => process.stderr.write(`allocated ${getHeapStatistics().total_allocated_bytes}\\n`))",
-)}`
-
-// One plain run: every thread's time on a CPU and the bytes V8 allocated, a request, between request n
-// and 2n, then every thread's syscalls a request between 2n and 3n (perf counting the syscall
-// tracepoint, which slows each one a little: not while the CPU time is taken).
+// One plain run: every thread's time on a CPU a request, between request n and 2n, then every thread's
+// syscalls a request between 2n and 3n (perf counting the syscall tracepoint, which slows each one a
+// little: not while the CPU time is taken).
 async function plainRun(
   target: Target,
   kind: Kind,
   seed: Seed,
   tokens: string[],
   n: number,
-): Promise<{ cpu: number; syscalls: number; alloc: number }> {
-  const run = await startTarget(target, seed, [], [...target.flags, ALLOCATED])
+): Promise<{ cpu: number; syscalls: number }> {
+  const run = await startTarget(target, seed, [], target.flags)
   const pid = run.child.pid!
-  const allocated = async () => {
-    const from = run.output().length
-    process.kill(pid, 'SIGUSR2')
-    const deadline = performance.now() + 10_000
-    let said
-    while (!(said = /allocated (\d+)\n/.exec(run.output().slice(from)))) {
-      if (performance.now() > deadline) throw new Error(`${target.name} did not say what it allocated`)
-      await new Promise((resolve) => setTimeout(resolve, 10))
-    }
-    return Number(said[1])
-  }
   const onCpuNs = () =>
     readdirSync(`/proc/${pid}/task`).reduce((sum, task) => {
       try {
@@ -150,11 +136,9 @@ async function plainRun(
     }, 0)
   try {
     await answered(run, kind, 0, n, tokens)
-    const allocatedBefore = await allocated()
     const before = onCpuNs()
     await answered(run, kind, n, 2 * n, tokens)
     const cpu = (onCpuNs() - before) / 1000 / n
-    const alloc = ((await allocated()) - allocatedBefore) / n
     const perf = spawn('perf', ['stat', '-x,', '-e', 'raw_syscalls:sys_enter', '-p', String(pid)], {
       stdio: ['ignore', 'ignore', 'pipe'],
     })
@@ -166,12 +150,41 @@ async function plainRun(
     await once(perf, 'exit')
     const total = Number(/^(\d+),[^,]*,raw_syscalls:sys_enter/m.exec(counted)?.[1])
     if (!total) throw new Error(`perf counted no syscalls: ${counted}`)
-    return { cpu, syscalls: total / n, alloc }
+    return { cpu, syscalls: total / n }
   } finally {
     await run.stop()
     rmSync(run.dir, { recursive: true, force: true })
   }
 }
+
+// The bytes V8 allocated a request between request n and 2n: the sum of its sampling heap profile, a
+// sample every 64 bytes on average, with every object a GC took kept in it (the inspector's
+// HeapProfiler, as DevTools records allocations). Not v8.getHeapStatistics()'s total_allocated_bytes,
+// which counts the areas V8 hands out to allocate in: an empty timer's tick reads about 46 KB there
+// (BENCHMARKS.md, "What a request allocates, counted by object").
+async function allocationRun(target: Target, kind: Kind, seed: Seed, tokens: string[], n: number): Promise<number> {
+  const run = await startTarget(target, seed, [], [...target.flags, '--inspect=127.0.0.1:0'])
+  try {
+    const inspector = await openInspector(run.output)
+    await inspector.send('HeapProfiler.enable')
+    await answered(run, kind, 0, n, tokens)
+    await inspector.send('HeapProfiler.startSampling', {
+      samplingInterval: 64,
+      includeObjectsCollectedByMajorGC: true,
+      includeObjectsCollectedByMinorGC: true,
+    })
+    await answered(run, kind, n, 2 * n, tokens)
+    const { profile } = await inspector.send('HeapProfiler.stopSampling')
+    inspector.close()
+    return bytesOf(profile.head) / n
+  } finally {
+    await run.stop()
+    rmSync(run.dir, { recursive: true, force: true })
+  }
+}
+
+type HeapNode = { selfSize: number; children: HeapNode[] }
+const bytesOf = (node: HeapNode): number => node.children.reduce((sum, child) => sum + bytesOf(child), node.selfSize)
 
 // Runs the jobs two at a time (valgrind keeps a process on one core; these machines have two).
 async function inPairs<T>(jobs: (() => Promise<T>)[]): Promise<T[]> {
@@ -218,10 +231,10 @@ export async function measureTarget(
       alloc: NaN,
     }
   }
-  // The CPU time, the allocations and the syscalls, one run at a time: the CPU time is timed.
+  // The CPU time and the syscalls, then the allocations, one run at a time: the CPU time is timed.
   for (const kind of kinds) {
-    if (wants('syscalls') || wants('cpu') || wants('alloc'))
-      Object.assign(result[kind], await plainRun(target, kind, seed, tokens, n))
+    if (wants('syscalls') || wants('cpu')) Object.assign(result[kind], await plainRun(target, kind, seed, tokens, n))
+    if (wants('alloc')) result[kind].alloc = await allocationRun(target, kind, seed, tokens, n)
   }
   return result
 }

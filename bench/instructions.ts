@@ -6,9 +6,10 @@
 //   instructions  valgrind's count (cachegrind, user space only) of runs of 0, n and 2n requests:
 //                 warm = (Ir(2n) - Ir(n)) / n, first n = (Ir(n) - Ir(0)) / n (the JIT's warm-up)
 //   CPU time      one plain run: every thread's time on a CPU between request n and 2n, over n
-//   allocated     the same run: the bytes V8 allocated between request n and 2n, over n (the garbage a
-//                 request leaves, and what it costs in scavenges)
 //   syscalls      the same run: perf's count of the syscall tracepoint between 2n and 3n, over n
+//   allocated     a run with the inspector: the bytes of the objects V8 allocated between request n and
+//                 2n, over n, by its sampling heap profile (the garbage a request leaves, and what it
+//                 costs in scavenges)
 //
 // Under valgrind the server runs with what makes the count repeat (bench/README.md): V8's predictable
 // mode (no background threads, no time-driven GC), fixed random and hash seeds, and no address space

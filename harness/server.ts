@@ -4,7 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
-import { sleep } from './time.ts'
+import { sleep, within } from './time.ts'
 import { ROOT } from './tools.ts'
 
 export type Server = {
@@ -111,11 +111,16 @@ export async function openInspector(output: () => string) {
     pending.delete(message.id)
   }
   return {
-    send: (method: string, params = {}) =>
-      new Promise<any>((resolve) => {
-        pending.set(++id, resolve)
-        socket.send(JSON.stringify({ id, method, params }))
-      }),
+    // A server that stopped answering its inspector fails the wait rather than hangs it.
+    send: (method: string, params = {}, timeoutMs = 60_000) =>
+      within(
+        new Promise<any>((resolve) => {
+          pending.set(++id, resolve)
+          socket.send(JSON.stringify({ id, method, params }))
+        }),
+        timeoutMs,
+        `the inspector's answer to ${method}`,
+      ),
     close: () => socket.close(),
   }
 }
