@@ -118,7 +118,9 @@ function requestOf(method: string, target: string, minor: 0 | 1, fields: string[
   if (/^https?:\/\/[^/?]*@/.test(target)) return refuse(400, 'userinfo in an absolute-form target')
   const url = requestUrl(target, framing.host)
   if (url === undefined) return refuse(400, 'a request target or Host that makes no URL')
-  return { method, url, fields, ...framing, end }
+  // Written out, not spread: a spread's copy is an object of another shape, and more garbage a request.
+  const { bodyLength, keepAlive, expectContinue } = framing
+  return { method, url, minor, fields, bodyLength, keepAlive, expectContinue, end }
 }
 
 // Empty lines (CRLF) before a request line: passed over once, and charged to the head after them.
@@ -221,7 +223,7 @@ function trimEnd(value: string): string {
   return end === value.length ? value : value.slice(0, end)
 }
 
-type Framing = Pick<Head, 'minor' | 'bodyLength' | 'keepAlive' | 'expectContinue'> & { host: string | undefined }
+type Framing = Pick<Head, 'bodyLength' | 'keepAlive' | 'expectContinue'> & { host: string | undefined }
 
 // What the fields say of the message: its Host, its body's length, whether the connection stays open,
 // and whether the client waits for a 100 (Continue). Ambiguous framing is refused, and the connection
@@ -271,7 +273,6 @@ function framingOf(minor: 0 | 1, fields: string[]): Framing | Refusal {
   if (minor === 1 && expect !== undefined && expect.toLowerCase() !== '100-continue')
     return refuse(417, 'an expectation other than 100-continue')
   return {
-    minor,
     host: minor === 0 ? (host ?? 'localhost') : host,
     bodyLength,
     keepAlive,
