@@ -1,5 +1,7 @@
-// Builds the challenge's seed database exactly as the challenge's own description of it (its SEED.md)
-// draws it, proves it with the challenge's checksum of every row, and writes tokens.json beside it.
+// Builds the challenge's seed database exactly as the challenge's SEED.md draws it (docs/challenge.md, "The
+// challenge's spec"): 50,000 users, 500,000 posts and 2,016,005 likes, every number from mulberry32 with
+// seed 42 in the order below, with the spec's word lists. Proves it with the challenge's checksum of every
+// row, and writes tokens.json beside it.
 //
 //   node dist/seed.js [path] [--force] [--if-missing]
 //

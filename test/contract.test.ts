@@ -1,5 +1,5 @@
-// CONTRACT.md end to end: the built dist/app.js as a real process, on a fresh copy of the seed, on each
-// of its HTTP servers (test/servers.ts).
+// The challenge's CONTRACT.md (docs/challenge.md, "The challenge's spec") end to end: the built dist/app.js
+// as a real process, on a fresh copy of the seed, on each of its HTTP servers (test/servers.ts).
 import assert from 'node:assert/strict'
 import { once } from 'node:events'
 import { existsSync, readFileSync } from 'node:fs'

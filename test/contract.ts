@@ -1,4 +1,5 @@
-// Every row of CONTRACT.md, over HTTP, against a server started on a fresh copy of the seed.
+// Every row of the challenge's CONTRACT.md (docs/challenge.md, "The challenge's spec"), over HTTP, against a
+// server started on a fresh copy of the seed.
 // Used by the tests that start the API in different ways: dist/app.js, the container layout, the
 // challenge submission.
 import assert from 'node:assert/strict'
@@ -191,7 +192,7 @@ export function contractTests(target: () => { url: string; tokens: Token[] }, { 
   })
 }
 
-// GET /feed and three posts are the spec's golden files, byte for byte, on a fresh seed.
+// GET /feed and three posts are the spec's golden files (kept in test/golden), byte for byte, on a fresh seed.
 export function goldenTests(target: () => { url: string }) {
   const get = (path: string) => fetch(target().url + path)
   describe('the golden responses on a fresh seed', () => {

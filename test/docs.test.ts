@@ -118,7 +118,8 @@ const PATH = new RegExp(
 // A bare file name, of the kinds this repository holds, not part of a path.
 const NAME = /(?<![\w./@$-])([A-Za-z][\w-]*(?:\.[\w-]+)*\.(?:ts|mjs|js|md|sh|json|sql|conf|service|env))\b(?![\w/(-])/g
 // Bare names that are not files of this repository: the bundles and tokens.json, which the build and the
-// seed write; the challenge's own files; the workplace's Docker script; a usage line's placeholder.
+// seed write; the challenge's own files (docs/challenge.md, "The challenge's spec"); the workplace's Docker
+// script; a usage line's placeholder.
 const NOT_OURS = new Set([
   'Node.js',
   'app.js',
@@ -127,6 +128,7 @@ const NOT_OURS = new Set([
   'tokens.json',
   'CONTRACT.md',
   'SEED.md',
+  'seed-words.json',
   'docker-engine.sh',
   'file.json',
 ])
