@@ -16,12 +16,14 @@
 // randomization. The syscall and CPU runs use the shipped flags alone.
 //
 //   --against <ref>   the same for that build; a difference is called only past 3 x the A/A noise
+//   --against-flags=<node flags>
+//                     that build (or this one, without --against) with these Node flags in place of ours
 //   --floors          the node:net floors too (bench/floor-net.ts, bench/floor-hono.ts), counted once each
 //   --check           CI's guard: the mix's warm instructions against bench/instructions.json
 //   --record          writes this machine's baseline into bench/instructions.json
 //
-//   npm run bench -- --instructions [--only mix] [--against <ref>] [--check | --record] [--n 2000]
-//                                   [--flags=<node flags>]
+//   npm run bench -- --instructions [--only mix] [--against <ref>] [--against-flags=<node flags>]
+//                                   [--check | --record] [--n 2000] [--flags=<node flags>]
 //
 // Counting is bench/instructions-count.ts; the comparison, the table and the baseline
 // bench/instructions-report.ts.
@@ -54,7 +56,7 @@ type Options = {
   seed: Seed
   flags: string[]
   only?: Kind[]
-  against?: { ref: string; app: string }
+  against?: { ref: string; app: string; flags: string[] }
   floors?: boolean // the node:net floors too: what node:http costs, and what Hono adds on node:net
   n?: number
 }
@@ -79,7 +81,7 @@ async function instructionsBench({ seed, flags, only, against, floors = false, n
   }
   let theirs: Record<string, Figures> | undefined
   if (against) {
-    theirs = await measure({ name: `against ${against.ref}`, script: against.app, flags })
+    theirs = await measure({ name: `against ${against.ref}`, script: against.app, flags: against.flags })
     averaged[`against ${against.ref}`] = theirs
   }
   print(kinds, averaged, { a: table, aa }, noise)
@@ -112,6 +114,7 @@ const OPTIONS = {
   record: { type: 'boolean', default: false },
   n: { type: 'string' },
   flags: { type: 'string' },
+  'against-flags': { type: 'string' },
 } as const
 
 // --instructions: the count of --only's kinds (every one by default), ours, the floor and --against's
@@ -135,7 +138,15 @@ export async function main(argv: string[]) {
     process.exitCode = (await checkBaseline({ seed, flags })) ? 0 : 1
     return
   }
-  const against = args.against ? { ref: args.against, app: buildAgainst(args.against) } : undefined
+  const againstFlags = args['against-flags']?.split(' ').filter(Boolean)
+  const against =
+    args.against || againstFlags
+      ? {
+          ref: [args.against, againstFlags?.join(' ')].filter(Boolean).join(', '),
+          app: args.against ? buildAgainst(args.against) : join(ROOT, 'dist', 'app.js'),
+          flags: againstFlags ?? flags,
+        }
+      : undefined
   const commit = commitOf(ROOT)
   console.log(`bench ${new Date().toISOString()}: commit ${commit}, Node ${process.version}`)
   const result = await instructionsBench({
