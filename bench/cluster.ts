@@ -1,8 +1,8 @@
 // npm run bench -- --cluster [--quick]: read replicas, measured on this machine: Litestream followers
 // (start.ts, over a file replica), a primary under `litestream replicate` and a follower under
 // `litestream restore -f`, each started as `npm start` starts them. Every CPU figure counts a node's
-// Litestream as the server's: on a box it shares the cores with the API. (LiteFS was measured beside
-// them until it was removed after 00daa52: docs/scale-out.md, "Why not LiteFS".)
+// Litestream as the server's: on a box it shares the cores with the API. LiteFS is not measured here:
+// docs/scale-out.md, "Why not LiteFS".
 //
 //   1. the post statement alone on the follower's file, its Litestream following, against a plain file
 //   2. the mix at saturation, 2,000 connections (a forwarded write holds its connection for about the
