@@ -17,6 +17,7 @@ import { countSyscalls } from './lib.ts'
 import { k6Percentile, levelsOfLog, limitOf, type Scoring } from './score-level.ts'
 import { confirm, search } from './score-search.ts'
 import { send, sequence } from './sequence.ts'
+import { usersVariantsOf } from './users-comparison.ts'
 
 // wrk: .ci/run installs it. Missing, its tests skip, or fail where REQUIRE_TOOLS says every tool is here (CI).
 const noWrk = spawnSync('which', ['wrk']).status !== 0 && 'wrk is not installed (.ci/run installs it)'
@@ -374,6 +375,25 @@ for (const script of ['bench/floor.ts', 'bench/floor-net.ts', 'bench/floor-hono.
     )
   })
 }
+
+describe('bench/users-comparison.ts', () => {
+  const ours = { name: 'ours', app: 'dist/app.js', flags: [], commit: 'abc', node: process.execPath }
+  const names = (names?: string[]) =>
+    usersVariantsOf(ours, [ours], { floorFits: true, quick: false, names }).map((v) => v.name)
+
+  test('holds ours, its A/A, node-server and the three floors, or ours and the variants named', () => {
+    assert.deepEqual(names(), [
+      'ours',
+      'ours again',
+      'ours, node-server',
+      'floor',
+      'floor, node:net',
+      'floor, node:net + Hono',
+    ])
+    assert.deepEqual(names(['floor, node:net', 'ours again']), ['ours', 'ours again', 'floor, node:net'])
+    assert.throws(() => names(['floor, node:nett']), /no variant floor, node:nett; this run has ours; ours again/)
+  })
+})
 
 describe('bench/sequence.ts', () => {
   test('is the same sequence on every call, and sends every kind with every answer checked', async () => {

@@ -8,7 +8,7 @@
 //                    [--record] [--rounds 3] [--against <git ref>] [--flags=<node flags>]
 //                    [--against-flags=<node flags>] [--against-node <version>] [--against-env "<NAME=value ...>"]
 //                    [--replicate [--sync-wait] [--s3]]
-//                    [--floor] [--together]
+//                    [--floor] [--together] [--hold-variants "ours again;floor, node:net"]
 //   npm run bench -- --box [--rounds 3]       one box: the mix and the write ceiling, one process on one
 //                                             core against WORKERS=2 on both
 import { rmdirSync, writeFileSync } from 'node:fs'
@@ -71,6 +71,7 @@ const OPTIONS = {
   s3: { type: 'boolean', default: false },
   floor: { type: 'boolean', default: false },
   together: { type: 'boolean', default: false },
+  'hold-variants': { type: 'string' }, // the users holds' variants besides ours, by name, separated by ';'
 } as const
 type Args = ReturnType<typeof parseArgs<{ options: typeof OPTIONS }>>['values']
 
@@ -117,7 +118,9 @@ export async function main(argv: string[]) {
   const ours: Variant = { name: 'ours', app, flags, commit: commitOf(ROOT), node: process.execPath }
   const variants = variantsOf(args, ours)
   const floorFits = plan.users.connections <= PER_GENERATOR
-  const usersVariants = plan.runUsers ? usersVariantsOf(ours, variants, { floorFits, quick: plan.settings.quick }) : []
+  const names = args['hold-variants']?.split(';').map((name) => name.trim())
+  const fit = { floorFits, quick: plan.settings.quick, names }
+  const usersVariants = plan.runUsers ? usersVariantsOf(ours, variants, fit) : []
   const sqlite = describe(plan, { ours, variants, usersVariants, floorFits, cgroupNote: cgroup.note })
   try {
     let holds: Hold[] = []

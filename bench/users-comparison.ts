@@ -58,14 +58,23 @@ const FLOORS = [
 // The users comparison's variants: ours; ours again on a second server (the A/A: the method's noise; not
 // with --quick); ours on @hono/node-server (HTTP_SERVER=node-server), the server it had before node:net;
 // the floors, same Node and flags, where the users fit one process (one generator's); and every other
-// variant of the run.
-type Fit = { floorFits: boolean; quick: boolean }
+// variant of the run. With names (--hold-variants), ours and those named only, so that more rounds of
+// fewer variants fit in a run.
+type Fit = { floorFits: boolean; quick: boolean; names?: string[] }
 
-export function usersVariantsOf(ours: Variant, variants: Variant[], { floorFits, quick }: Fit): Variant[] {
+export function usersVariantsOf(ours: Variant, variants: Variant[], { floorFits, quick, names }: Fit): Variant[] {
   const floors = floorFits ? FLOORS.map(([name, script]) => ({ ...ours, name, app: join(ROOT, 'bench', script) })) : []
   const again = quick ? [] : [{ ...ours, name: 'ours again' }]
   const nodeServer = { ...ours, name: 'ours, node-server', env: { HTTP_SERVER: 'node-server' } }
-  return [ours, ...again, nodeServer, ...floors, ...variants.filter((v) => v !== ours && v.name !== 'floor')]
+  const all = [ours, ...again, nodeServer, ...floors, ...variants.filter((v) => v !== ours && v.name !== 'floor')]
+  if (!names) return all
+  const unknown = names.filter((name) => !all.some((v) => v.name === name))
+  if (unknown.length) {
+    throw new Error(
+      `--hold-variants: no variant ${unknown.join(', ')}; this run has ${all.map((v) => v.name).join('; ')}`,
+    )
+  }
+  return all.filter((v) => v === ours || names.includes(v.name))
 }
 
 // Every variant of the users comparison, once a round, each on a fresh server, one after another; the
