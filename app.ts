@@ -245,13 +245,15 @@ export function authenticate(authorization: string | undefined): User {
 // are hono/jwt's: the signature, a header of HS256 (and JWT, if it names a type) with nothing critical,
 // nbf and iat passed where the token has them; and an exp still to come, which hono/jwt does not require.
 const jwtKey = createSecretKey(Buffer.from(JWT_SECRET))
-const JWT = /^([\w-]+={0,2})\.([\w-]+={0,2})\.([\w-]{43}=?)$/ // base64url parts, a 32-byte signature
+// Three base64url parts. The signature (32 bytes) only as base64url writes it, unpadded and its last
+// character's unused bits zero, as hono/jwt checks: no second spelling of a signature passes.
+const JWT = /^([\w-]+={0,2})\.([\w-]+={0,2})\.([\w-]{43})$/
 
 function verifiedClaims(token: string): Record<string, unknown> | undefined {
   const parts = JWT.exec(token)
   if (!parts) return undefined
-  const expected = createHmac('sha256', jwtKey).update(`${parts[1]}.${parts[2]}`).digest()
-  if (!timingSafeEqual(Buffer.from(parts[3], 'base64url'), expected)) return undefined
+  const expected = createHmac('sha256', jwtKey).update(`${parts[1]}.${parts[2]}`).digest('base64url')
+  if (!timingSafeEqual(Buffer.from(parts[3], 'latin1'), Buffer.from(expected, 'latin1'))) return undefined
   let header, claims
   try {
     header = JSON.parse(Buffer.from(parts[1], 'base64url').toString())

@@ -327,6 +327,9 @@ describe('POST /posts', () => {
         return JSON.stringify({ id: Number(sub), username })
       }
       const b64 = (text: string) => Buffer.from(text).toString('base64url')
+      // A signature's last character with its unused bits changed: the same bytes, spelled otherwise.
+      const BASE64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
+      const respelled = (last: string) => BASE64URL[BASE64URL.indexOf(last) ^ 1]
       const signed = (header: string, payload: string, secret = SECRET) =>
         `${header}.${payload}.${createHmac('sha256', secret).update(`${header}.${payload}`).digest('base64url')}`
       const t = now()
@@ -391,6 +394,7 @@ describe('POST /posts', () => {
             `${h}..${sig}`,
             `.${p}.${sig}`,
             `${h}.${p}.${sig.replace(/[A-Za-z]/, '*')}`,
+            `${h}.${p}.${sig.slice(0, -1)}${respelled(sig.at(-1)!)}`,
           )
         }
       }
@@ -402,6 +406,20 @@ describe('POST /posts', () => {
         signed(b64('{"alg":"HS256"}'), Buffer.from([0xff, 0xfe, 0x7b]).toString('base64url')),
       )
       assert.ok(tokens.length > 1000, `${tokens.length} tokens`)
+      // A good token's signature padded, or respelled, is refused.
+      const [h, p, sig] = tokens[0].split('.')
+      assert.equal(
+        judge(() => authenticate(`Bearer ${tokens[0]}`)),
+        '{"id":1,"username":"alice"}',
+      )
+      const respell = `${h}.${p}.${sig.slice(0, -1)}${respelled(sig.at(-1)!)}`
+      assert.deepEqual(Buffer.from(respell.split('.')[2], 'base64url'), Buffer.from(sig, 'base64url'))
+      for (const token of [`${tokens[0]}=`, respell]) {
+        assert.equal(
+          judge(() => authenticate(`Bearer ${token}`)),
+          'invalid or expired token',
+        )
+      }
       for (const token of tokens) {
         assert.equal(
           judge(() => authenticate(`Bearer ${token}`)),
