@@ -50,6 +50,10 @@ export function createNodeServer(fetch: Fetch): ApiServer {
     },
     boundPipelining(overCapacityAnswered(hostForHttp10(listener))),
   )
+  // A client that sends its FIN after a whole request is still answered, then closed, as server/wire.ts
+  // does: by default node:http drops an answer not written by then (a write waiting for its commit's
+  // tick, a follower's forwarded write), though its request was served.
+  ;(server as typeof server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true
   const api: ApiServer = {
     server,
     maxConnections: Infinity,
@@ -130,15 +134,16 @@ const hostForHttp10 =
     return listener(incoming, outgoing)
   }
 
-// An answer that comes once the drain has begun closes its connection, though its request came before.
+// An answer that comes once the drain has begun closes its connection, though its request came before;
+// so does one that comes after the client's FIN, and says so.
 function closingWhen(fetch: Fetch, draining: () => boolean): Fetch {
-  const closeIfDraining = (env: HttpBindings) => {
-    if (draining()) env.outgoing.shouldKeepAlive = false
+  const closeIfEnding = (env: HttpBindings) => {
+    if (draining() || env.incoming.socket.readableEnded) env.outgoing.shouldKeepAlive = false
   }
   return (request, env) => {
     const answer = fetch(request, env)
-    if (answer instanceof Promise) return answer.then((response) => (closeIfDraining(env!), response))
-    closeIfDraining(env!)
+    if (answer instanceof Promise) return answer.then((response) => (closeIfEnding(env!), response))
+    closeIfEnding(env!)
     return answer
   }
 }

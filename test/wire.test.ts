@@ -318,12 +318,6 @@ forEachServer(
         test: 'a frozen record of fields says the same on every answer, and a bad one is refused every time',
         reason: 'known: the one above: a value past ASCII goes as UTF-8',
       },
-      {
-        server: 'node-server',
-        test: 'a client that sends its FIN while its request is answered still gets the answer, then the close',
-        reason:
-          "node:http's default (httpAllowHalfOpen off): a client's FIN aborts the request under way, unanswered, and closes; ours answers it, then closes",
-      },
     ],
   },
 )
