@@ -318,8 +318,7 @@ async function write<T>(statement: (db: Database) => T): Promise<T> {
 }
 
 // Group commit: the writes that arrive in one event-loop turn share one transaction, and each
-// request's promise settles only after that transaction has committed (a 201 means committed). Where
-// other processes write the same file, the server has them wait for a tick (ServerSetup.commitTick).
+// request's promise settles only after that transaction has committed (a 201 means committed).
 type PendingWrite = {
   statement?: (db: Database) => unknown
   resolve: (value: any) => void
@@ -329,18 +328,8 @@ let pendingWrites: PendingWrite[] = []
 
 function inTransaction<T>(statement?: (db: Database) => T): Promise<T> {
   return new Promise((resolve, reject) => {
-    if (pendingWrites.push({ statement, resolve, reject }) === 1) scheduleCommit()
+    if (pendingWrites.push({ statement, resolve, reject }) === 1) setImmediate(commitPendingWrites)
   })
-}
-
-// At the end of the turn; or on the wall clock's next multiple of the tick, where every process that
-// shares the file commits too. A read that finds another connection's commit costs SQLite its whole page
-// cache, so shared ticks make that once a tick rather than once a commit (BENCHMARKS.md, "Commits on
-// shared ticks").
-function scheduleCommit() {
-  const tick = setup?.commitTick?.() ?? 0
-  if (tick > 0) setTimeout(commitPendingWrites, tick - (Date.now() % tick))
-  else setImmediate(commitPendingWrites)
 }
 
 function commitPendingWrites() {
@@ -468,7 +457,6 @@ export type ServerSetup = {
   afterOpen?: (db: DatabaseSync) => void // runs on each new connection, before its statements are prepared
   whileReadOnly?: () => void // runs before each use of a read-only connection; may closeDatabase()
   beforeCommit?: (db: DatabaseSync) => void // runs in every transaction that writes, before COMMIT
-  commitTick?: () => number // ms: writes commit on the clock's multiples of it (0: at the end of the turn)
   health?: () => object // more for a healthy /health to say
 }
 let setup: Readonly<ServerSetup> | undefined // fixed by configure(), or as none by the first connection

@@ -18,15 +18,10 @@ type Acceptor = ChildProcess | 'first'
 // Serves `api` until SIGTERM or SIGINT, with helpers running `entry` as the connections need them;
 // then stops them, drains, and exits 0 once they are gone too.
 export function serveAsFirst(api: ApiServer, connections: Set<Socket>, entry: string) {
-  const first = (running = new FirstProcess(api, connections, entry))
+  const first = new FirstProcess(api, connections, entry)
   const stop = () => first.stop()
   process.on('SIGTERM', stop).on('SIGINT', stop)
 }
-
-let running: FirstProcess | undefined // this process's role, if it is the first
-
-// Whether the first process has helpers, which write the database too.
-export const hasHelpers = () => (running?.helpers ?? 0) > 0
 
 class FirstProcess {
   readonly #helpers = new Set<ChildProcess>()
@@ -50,10 +45,6 @@ class FirstProcess {
       full: () => this.#moveOn('first'),
     })
     this.#listen()
-  }
-
-  get helpers() {
-    return this.#helpers.size
   }
 
   stop() {

@@ -9,7 +9,7 @@ import { forwardWrites, PRIMARY_API_URL } from './follower.ts'
 import { guardMemory, memoryHealth } from './memory.ts'
 import { createNodeServer } from './node-server.ts'
 import { replicaHealth, replicaSetup, startReplicating } from './primary.ts'
-import { commitTick, serveInProcesses, speaksForAll, supervisesWorkers } from './processes.ts'
+import { serveInProcesses, speaksForAll, supervisesWorkers } from './processes.ts'
 import { createWireServer } from './wire.ts'
 import { runWorkers } from './workers.ts'
 
@@ -36,7 +36,6 @@ async function run() {
     ...databaseSetup(follower),
     ...(follower ? {} : replicaSetup()),
     health: () => ({ ...replicaHealth(), ...memoryHealth() }),
-    commitTick,
   })
   const fetch = follower ? forwardWrites(app.fetch) : await startReplicating(app.fetch, speaksForAll)
   await openDatabaseAtStart()

@@ -51,8 +51,8 @@ export function createNodeServer(fetch: Fetch): ApiServer {
     boundPipelining(overCapacityAnswered(hostForHttp10(listener))),
   )
   // A client that sends its FIN after a whole request is still answered, then closed, as server/wire.ts
-  // does: by default node:http drops an answer not written by then (a write waiting for its commit's
-  // tick, a follower's forwarded write), though its request was served.
+  // does: by default node:http drops an answer not written by then (a follower's forwarded write, a
+  // write retried while another process holds the lock), though its request was served.
   ;(server as typeof server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true
   const api: ApiServer = {
     server,

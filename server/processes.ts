@@ -7,17 +7,10 @@
 import cluster from 'node:cluster'
 import type { Socket } from 'node:net'
 import type { ApiServer } from './api-server.ts'
-import { hasHelpers, serveAsFirst } from './first-process.ts'
+import { serveAsFirst } from './first-process.ts'
 import { serveAsHelper } from './helper.ts'
 import { isHelper } from './messages.ts'
 import { serveAsWorker, WORKERS } from './workers.ts'
-
-// Where other processes write the database too, every process commits its writes on the same ticks of
-// the clock, this many milliseconds apart (app.ts, scheduleCommit); 0: each at the end of its own turn.
-const COMMIT_TICK_MS = Number(process.env.COMMIT_TICK_MS || 10)
-
-// The tick this process's writes wait for: none while it is the only process that writes.
-export const commitTick = () => (isHelper || WORKERS > 1 || hasHelpers() ? COMMIT_TICK_MS : 0)
 
 // Under WORKERS=N, the first process only starts and replaces the workers (runWorkers).
 export const supervisesWorkers = WORKERS > 1 && cluster.isPrimary

@@ -25,9 +25,9 @@ before(() => {
 })
 after(() => db.remove())
 
-const start = (limit: number, HTTP_SERVER: HttpServer, env: Record<string, string> = {}) =>
+const start = (limit: number, HTTP_SERVER: HttpServer) =>
   startServer('prlimit', [`--nofile=${limit}`, process.execPath, 'dist/app.js'], {
-    env: { SQLITE_PATH: db.path, HTTP_SERVER, ...env },
+    env: { SQLITE_PATH: db.path, HTTP_SERVER },
   })
 
 // bench/users.ts: every user one keep-alive connection, all connecting at once (harder than k6's ramp),
@@ -101,16 +101,6 @@ async function stillServe(kept: Socket[], more: Socket[]) {
   for (const socket of [...kept, ...more]) socket.destroy()
 }
 
-// A like on a connection kept open: 201, or 200 when it was liked before.
-async function likeOn(socket: Socket) {
-  const postId = 1 + Math.floor(Math.random() * 1000)
-  socket.write(
-    `POST /posts/${postId}/like HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${db.tokens[0].token}\r\nContent-Length: 0\r\n\r\n`,
-  )
-  const [answer] = await within(once(socket, 'data'), 10_000, 'the answer to a like')
-  assert.match(String(answer), /^HTTP\/1.1 20[01] /)
-}
-
 forEachServer('more connections than one process has files for', (HTTP_SERVER) => {
   describe('under an open-file limit of 1,024', () => {
     let server: Server
@@ -180,32 +170,6 @@ forEachServer('more connections than one process has files for', (HTTP_SERVER) =
       await until(() => server.output().split('listening on').length === 3, 10_000, 'the first to listen again')
       assert.ok(isRunning(server.child.pid!), `the first process is alive:\n${server.output()}`)
       await stillServe(kept, await openConnections(port, 100))
-    })
-
-    // A tick of a whole second here, so that the wait shows: alone, three likes one after another take
-    // far less than the two seconds they would take on ticks.
-    test("writes commit at once while the first process is alone, and on the clock's ticks once helpers write too", async () => {
-      await server.stop('SIGKILL')
-      server = await start(1024, HTTP_SERVER, { COMMIT_TICK_MS: '1000' })
-      const port = Number(new URL(server.url).port)
-      const [first] = await openConnections(port, 1)
-      const started = Date.now()
-      for (let i = 0; i < 3; i++) await likeOn(first)
-      assert.ok(Date.now() - started < 2_000, `three likes alone took ${Date.now() - started} ms`)
-      const kept = await openConnections(port, 1500)
-      await until(
-        () => /process \d+ takes new connections/.test(server.output()),
-        10_000,
-        'a helper to take connections',
-      )
-      // The first process's connection, and a new one, which a helper took.
-      for (const socket of [first, ...(await openConnections(port, 1))]) {
-        const tick = Math.ceil(Date.now() / 1000) * 1000
-        await likeOn(socket)
-        // The server's timers count from its event loop's clock, which may lag by a few milliseconds.
-        assert.ok(Date.now() >= tick - 25, `answered at ${Date.now()}, before the tick at ${tick}`)
-      }
-      for (const socket of [first, ...kept]) socket.destroy()
     })
   })
 
