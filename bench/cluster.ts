@@ -6,8 +6,9 @@
 //
 //   1. the post statement alone on the follower's file, its Litestream following, against a plain file
 //   2. the mix at saturation, 2,000 connections (a forwarded write holds its connection for about the
-//      lag): a plain file, the follower (its writes forwarded to the primary, on the other core); then
-//      10,000 of the challenge's users on each, the same rate on both (bench/users.ts)
+//      lag): a plain file, the primary (its Litestream counted), the follower (its writes forwarded to the
+//      primary, on the other core); then 10,000 of the challenge's users on each, one rate for all three
+//      (bench/users.ts)
 //   3. one write at a time, forwarded by the follower and sent to the primary: latency, CPU of each process
 //   4. lag: from a new post's 201 on the primary to the follower's file holding it, idle and at the
 //      challenge's write rate; 1 to 4 with Litestream's defaults (1 s), 3 and 4 again with a 100 ms sync
@@ -249,6 +250,7 @@ async function statementAndMix(run: Run, { flags, plain, primary, follower, foll
   const server = await benchServer(app, { flags, env: { SQLITE_PATH: plain } })
   mix['plain file'] = await saturate(run, server.url, 'mix', () => [server.pid], CONNECTIONS)
   await server.stop()
+  mix['primary'] = await saturate(run, primary.url, 'mix', () => [primary.pid], CONNECTIONS)
   mix['follower'] = await saturate(
     run,
     follower.url,
@@ -270,6 +272,7 @@ async function statementAndMix(run: Run, { flags, plain, primary, follower, foll
   const primaryPids = () => [primary.pid] // its CPU for the follower's writes, apart
   const users = {
     'plain file': await usersOnPlain(run, flags, plain),
+    primary: await usersCost(run, primary.url, primaryPids),
     follower: await usersCost(run, follower.url, () => [follower.pid], primaryPids),
   }
   console.log(`     ${fmt(HOLD_USERS)} users on each (${fmt(HOLD_USERS * USER_RATE)} requests a second):`)
@@ -363,10 +366,15 @@ async function writesAndLag(run: Run, { n, primary, follower, followerDb }: Pair
 function summary(report: Record<string, any>) {
   const [defaults] = SYNC_SETTINGS.map((s) => report.settings[s.name])
   const statement = defaults.statement
+  const { mix, users } = defaults
   console.log(
     `\na follower against a plain file: the post statement ${fmt((statement.follower.node_us + statement.follower.replication_us) / statement.plain.node_us, 2)} x, ` +
-      `the mix ${fmt(defaults.mix.follower.cpu_us / defaults.mix['plain file'].cpu_us, 2)} x the CPU a request at saturation, ` +
-      `${fmt(defaults.users.follower.cpu_us / defaults.users['plain file'].cpu_us, 2)} x at ${fmt(HOLD_USERS)} users`,
+      `the mix ${fmt(mix.follower.cpu_us / mix['plain file'].cpu_us, 2)} x the CPU a request at saturation, ` +
+      `${fmt(users.follower.cpu_us / users['plain file'].cpu_us, 2)} x at ${fmt(HOLD_USERS)} users`,
+  )
+  console.log(
+    `a follower against its primary, each with its Litestream: the mix ${fmt(mix.follower.cpu_us / mix.primary.cpu_us, 2)} x at saturation, ` +
+      `${fmt(users.follower.cpu_us / users.primary.cpu_us, 2)} x at ${fmt(HOLD_USERS)} users`,
   )
   console.log(
     `   ${'setting'.padEnd(32)} ${'forwarded like p50 / p99'.padEnd(26)} ${'lag idle p50 / p99'.padEnd(22)} ${`lag at ${WRITE_RATE} writes/s`.padEnd(22)} primary's Litestream at it`,

@@ -40,7 +40,7 @@ function statement(db: DatabaseSync, sql: string): StatementSync {
 
 // A follower is a sync interval or two (1 s each by default) and a follow interval (100 ms) behind; past
 // this it answers anyway.
-const CATCH_UP_MS = 5_000
+export const CATCH_UP_MS = 5_000
 // Past the primary's own wait for the write lock, it is not coming back: the write's fate is unknown.
 const FORWARD_TIMEOUT_MS = BUSY_TIMEOUT_MS + 5_000
 
@@ -58,7 +58,38 @@ export function forwardWrites(fetch: Fetch): Fetch {
   writes.post('/posts/:id/like', limitBody, forward)
   writes.notFound((c) => fetch(c.req.raw, c.env as HttpBindings)) // every other request: the API's
   writes.onError(answerError)
-  return (request, env) => (request.method === 'POST' ? writes.fetch(request, env) : fetch(request, env))
+  return (request, env) => {
+    if (request.method === 'POST') return writes.fetch(request, env)
+    readInThisTurn()
+    return fetch(request, env)
+  }
+}
+
+// The reads of one turn of the event loop share one read transaction, ended once the turn's reads are
+// done: each transaction on the follower's rollback-journal file takes and drops SQLite's locks (four
+// `fcntl`s, two `stat`s, a `pread`), and a busy follower reads for many requests in a turn. Each still
+// reads the file as it was after its request came: the transaction starts at the turn's first read.
+let readingInTurn = false
+function readInThisTurn() {
+  if (readingInTurn) return
+  let db: DatabaseSync
+  try {
+    db = database().connection
+    statement(db, 'BEGIN').run()
+  } catch {
+    return // each read alone, as the API does; it answers for what fails
+  }
+  readingInTurn = true
+  setImmediate(() => {
+    readingInTurn = false
+    endRead(db)
+  })
+}
+
+// ROLLBACK ends a read transaction as COMMIT would, and cannot be refused; a connection closed meanwhile
+// has none.
+function endRead(db: DatabaseSync) {
+  if (db.isOpen && db.isTransaction) statement(db, 'ROLLBACK').run()
 }
 
 // The token is checked here before anything is sent (the primary checks it again), and the request
@@ -152,8 +183,36 @@ function caughtUp(here: () => boolean, withinMs: number): Promise<boolean> {
   })
 }
 
+// Every waiting write looks in one read transaction (dozens wait at once), the turn's if its reads
+// have begun one; and none looks while the file is as it was at the last look.
+let lookedAt: number | undefined // the file's data_version at the last look
 function lookAll() {
-  for (const wait of waiting.writes) if (wait.here()) settle(wait, true)
+  const ownRead = !readingInTurn
+  let db: DatabaseSync
+  try {
+    db = database().connection
+    if (ownRead) statement(db, 'BEGIN').run()
+  } catch {
+    return // the next look, or each write's deadline, looks again
+  }
+  try {
+    const version = dataVersion(db)
+    if (version !== undefined && version === lookedAt) return
+    lookedAt = version
+    for (const wait of waiting.writes) if (wait.here()) settle(wait, true)
+  } finally {
+    if (ownRead) endRead(db)
+  }
+}
+
+// What changes whenever another connection (Litestream, applying) has changed the file; undefined if
+// the file cannot be read now.
+function dataVersion(db: DatabaseSync): number | undefined {
+  try {
+    return (statement(db, 'PRAGMA data_version').get() as { data_version: number }).data_version
+  } catch {
+    return undefined
+  }
 }
 
 function settle(wait: CatchUp, here: boolean) {
