@@ -128,6 +128,20 @@ async function saturate(
   }
 }
 
+// The primary measured as the follower is, on the server core, the follower moved to the load core
+// meanwhile; then each back.
+async function onServerCore<T>(primary: Server, follower: Server, measure: () => Promise<T>): Promise<T> {
+  const move = (server: Server, core: string) => processTree(server.pid).forEach((pid) => pin(pid, core))
+  move(follower, LOAD_CORE)
+  move(primary, SERVER_CORE)
+  try {
+    return await measure()
+  } finally {
+    move(primary, LOAD_CORE)
+    move(follower, SERVER_CORE)
+  }
+}
+
 // CPU ticks of the processes, their trees included.
 const ticks = (of: () => number[]) => of().reduce((sum, pid) => sum + treeCpuTicks(pid), 0)
 
@@ -250,7 +264,9 @@ async function statementAndMix(run: Run, { flags, plain, primary, follower, foll
   const server = await benchServer(app, { flags, env: { SQLITE_PATH: plain } })
   mix['plain file'] = await saturate(run, server.url, 'mix', () => [server.pid], CONNECTIONS)
   await server.stop()
-  mix['primary'] = await saturate(run, primary.url, 'mix', () => [primary.pid], CONNECTIONS)
+  mix['primary'] = await onServerCore(primary, follower, () =>
+    saturate(run, primary.url, 'mix', () => [primary.pid], CONNECTIONS),
+  )
   mix['follower'] = await saturate(
     run,
     follower.url,
@@ -272,7 +288,7 @@ async function statementAndMix(run: Run, { flags, plain, primary, follower, foll
   const primaryPids = () => [primary.pid] // its CPU for the follower's writes, apart
   const users = {
     'plain file': await usersOnPlain(run, flags, plain),
-    primary: await usersCost(run, primary.url, primaryPids),
+    primary: await onServerCore(primary, follower, () => usersCost(run, primary.url, primaryPids)),
     follower: await usersCost(run, follower.url, () => [follower.pid], primaryPids),
   }
   console.log(`     ${fmt(HOLD_USERS)} users on each (${fmt(HOLD_USERS * USER_RATE)} requests a second):`)
