@@ -183,7 +183,7 @@ async function followersBench(run: Run, flags: string[], plain: string, dir: str
   console.log(
     `\nLitestream followers: ${version}, a file replica; ` +
       `the follower (its API and Litestream) on core ${SERVER_CORE}, ` +
-      `wrk and the primary on core ${LOAD_CORE}`,
+      `wrk and the primary on core ${LOAD_CORE} (the primary on core ${SERVER_CORE}, the follower on ${LOAD_CORE}, for the primary's own measures)`,
   )
   let errors = 0
   for (const [n, setting] of SYNC_SETTINGS.entries()) {
