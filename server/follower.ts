@@ -69,27 +69,26 @@ export function forwardWrites(fetch: Fetch): Fetch {
 // done: each transaction on the follower's rollback-journal file takes and drops SQLite's locks (four
 // `fcntl`s, two `stat`s, a `pread`), and a busy follower reads for many requests in a turn. Each still
 // reads the file as it was after its request came: the transaction starts at the turn's first read.
-let readingInTurn = false
-function readInThisTurn() {
-  if (readingInTurn) return
-  let db: DatabaseSync
+let turnRead: DatabaseSync | undefined // the connection whose read transaction this turn shares
+function readInThisTurn(): DatabaseSync | undefined {
+  if (turnRead) return turnRead
   try {
-    db = database().connection
+    const db = database().connection
     statement(db, 'BEGIN').run()
+    turnRead = db
   } catch {
-    return // each read alone, as the API does; it answers for what fails
+    return undefined // each read alone, as the API does; it answers for what fails
   }
-  readingInTurn = true
-  setImmediate(() => {
-    readingInTurn = false
-    endRead(db)
-  })
+  setImmediate(endTurnRead)
+  return turnRead
 }
 
 // ROLLBACK ends a read transaction as COMMIT would, and cannot be refused; a connection closed meanwhile
-// has none.
-function endRead(db: DatabaseSync) {
-  if (db.isOpen && db.isTransaction) statement(db, 'ROLLBACK').run()
+// has none, and a transaction ended early (lookAll) leaves nothing to end.
+function endTurnRead() {
+  const db = turnRead
+  turnRead = undefined
+  if (db?.isOpen && db.isTransaction) statement(db, 'ROLLBACK').run()
 }
 
 // The token is checked here before anything is sent (the primary checks it again), and the request
@@ -183,25 +182,21 @@ function caughtUp(here: () => boolean, withinMs: number): Promise<boolean> {
   })
 }
 
-// Every waiting write looks in one read transaction (dozens wait at once), the turn's if its reads
-// have begun one; and none looks while the file is as it was at the last look.
+// Every waiting write looks in one read transaction (dozens wait at once), and none looks while the
+// file is as it was at the last look. A look outside the requests' reads (a timer, the watch) ends its
+// transaction at once, so that the requests after it read the file as it is when they come.
 let lookedAt: number | undefined // the file's data_version at the last look
 function lookAll() {
-  const ownRead = !readingInTurn
-  let db: DatabaseSync
-  try {
-    db = database().connection
-    if (ownRead) statement(db, 'BEGIN').run()
-  } catch {
-    return // the next look, or each write's deadline, looks again
-  }
+  const requestsRead = turnRead !== undefined
+  const db = readInThisTurn()
+  if (!db) return // the next look, or each write's deadline, looks again
   try {
     const version = dataVersion(db)
     if (version !== undefined && version === lookedAt) return
     lookedAt = version
     for (const wait of waiting.writes) if (wait.here()) settle(wait, true)
   } finally {
-    if (ownRead) endRead(db)
+    if (!requestsRead) endTurnRead()
   }
 }
 
