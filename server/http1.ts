@@ -57,17 +57,18 @@ const FIELD_LINE = /([!#$%&'*+\-.^_`|~0-9A-Za-z]+):[\t ]*((?:[^\0-\x20\x7f][^\0-
 const TARGET = /^(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?[\]{}|^\\`]|%[0-9A-Fa-f]{2})+$/
 // An absolute-form target: the scheme, the authority, and the path and query (RFC 9112, 3.2.2).
 const ABSOLUTE = /^(https?:\/\/)([^/?]*)(.*)$/
+// A port: 0 to 65535.
+const PORT = '(?::(?:6553[0-5]|655[0-2]\\d|65[0-4]\\d\\d|6[0-4]\\d{3}|[1-5]\\d{4}|\\d{1,4}))?'
 // What needs no URL parsing to be a URL as it is: a lower-case host and a plain path (as
-// @hono/node-server's own fast path), with no dot segment to resolve.
+// @hono/node-server's own fast path), with no dot segment to resolve: no segment is . or .. (after each
+// slash, the lookahead). A plain host is a Host value too (HOST below), so a request's is tested once.
 // (A host whose last label is a number is an IPv4 address to WHATWG URL, and may not be one: parsed.)
-export const PLAIN_HOST = /^(?:[a-z0-9-]+\.)*[a-z][a-z0-9-]*(?::\d{1,5})?$/
-const PLAIN_PATH = /^\/[!#$&-;=?-[\]_a-z~]*$/
-const DOT_SEGMENT = /\/\.\.?(?:[/?#]|$)/
+export const PLAIN_HOST = new RegExp(`^(?:[a-z0-9-]+\\.)*[a-z][a-z0-9-]*${PORT}$`)
+const PLAIN_PATH = /^(?:\/(?!\.\.?(?:[/?#]|$))[!#$&-.0-;=?-[\]_a-z~]*)+$/
 // A Host value, or the authority of an absolute-form target: a registered name or an IPv4 address (RFC
 // 3986's reg-name, without percent-encoding, which @hono/node-server refuses too) or an IP literal, and
-// a port of 0 to 65535.
-const HOST =
-  /^(?:[A-Za-z0-9\-._~!$&'()*+,;=]+|\[[0-9A-Fa-f:.]+\])(?::(?:6553[0-5]|655[0-2]\d|65[0-4]\d\d|6[0-4]\d{3}|[1-5]\d{4}|\d{1,4}))?$/
+// a port.
+const HOST = new RegExp(`^(?:[A-Za-z0-9\\-._~!$&'()*+,;=]+|\\[[0-9A-Fa-f:.]+\\])${PORT}$`)
 const FRAMING_FIELDS = new Set(['content-length', 'transfer-encoding'])
 
 // The head of the request at `read.start` of `bytes`: a Head, a Refusal, or undefined while some of it
@@ -110,13 +111,14 @@ function requestOf(method: string, target: string, minor: 0 | 1, fields: string[
   if (method === 'CONNECT') return refuse(400, 'CONNECT')
   const framing = framingOf(minor, fields)
   if ('status' in framing) return framing
-  // RFC 9112, 3.2.3 and 3.2.4: the authority-form is CONNECT's, the asterisk-form a server-wide OPTIONS;
-  // neither is a resource a route here could answer.
-  if (target.charCodeAt(0) !== 47 && !/^https?:\/\//.test(target))
-    return refuse(400, 'a request target in authority-form or asterisk-form')
-  // RFC 9110, 4.2.4: userinfo in an http(s) URI is an error.
-  if (/^https?:\/\/[^/?]*@/.test(target)) return refuse(400, 'userinfo in an absolute-form target')
-  const url = requestUrl(target, framing.host)
+  if (target.charCodeAt(0) !== 47) {
+    // RFC 9112, 3.2.3 and 3.2.4: the authority-form is CONNECT's, the asterisk-form a server-wide
+    // OPTIONS; neither is a resource a route here could answer.
+    if (!/^https?:\/\//.test(target)) return refuse(400, 'a request target in authority-form or asterisk-form')
+    // RFC 9110, 4.2.4: userinfo in an http(s) URI is an error.
+    if (/^https?:\/\/[^/?]*@/.test(target)) return refuse(400, 'userinfo in an absolute-form target')
+  }
+  const url = requestUrl(target, framing.host, framing.plainHost)
   if (url === undefined) return refuse(400, 'a request target or Host that makes no URL')
   // Written out, not spread: a spread copies the framing's fields at run time, 1.6% of a request's
   // instructions (BENCHMARKS.md, "Counted: a request's head written out, not spread").
@@ -224,7 +226,10 @@ function trimEnd(value: string): string {
   return end === value.length ? value : value.slice(0, end)
 }
 
-type Framing = Pick<Head, 'bodyLength' | 'keepAlive' | 'expectContinue'> & { host: string | undefined }
+type Framing = Pick<Head, 'bodyLength' | 'keepAlive' | 'expectContinue'> & {
+  host: string | undefined
+  plainHost: boolean // the Host field is a PLAIN_HOST
+}
 
 // What the fields say of the message: its Host, its body's length, whether the connection stays open,
 // and whether the client waits for a 100 (Continue). Ambiguous framing is refused, and the connection
@@ -259,7 +264,8 @@ function framingOf(minor: 0 | 1, fields: string[]): Framing | Refusal {
   }
   if (hosts > 1) return refuse(400, 'more than one Host')
   if (minor === 1 && hosts === 0) return refuse(400, 'an HTTP/1.1 request without Host')
-  if (host !== undefined && !HOST.test(host)) return refuse(400, 'a Host that is not host[:port]')
+  const plainHost = host === undefined || PLAIN_HOST.test(host) // none: HTTP/1.0's localhost, below
+  if (host !== undefined && !plainHost && !HOST.test(host)) return refuse(400, 'a Host that is not host[:port]')
   const bodyLength = bodyLengthOf(minor, contentLength, codings)
   if (typeof bodyLength !== 'number') return bodyLength
   const tokens =
@@ -275,6 +281,7 @@ function framingOf(minor: 0 | 1, fields: string[]): Framing | Refusal {
     return refuse(417, 'an expectation other than 100-continue')
   return {
     host: minor === 0 ? (host ?? 'localhost') : host,
+    plainHost,
     bodyLength,
     keepAlive,
     expectContinue: minor === 1 && expect !== undefined,
@@ -304,10 +311,10 @@ function bodyLengthOf(minor: 0 | 1, contentLength: string | undefined, codings: 
 // Host then), or Host's with the target's path and query (origin-form). Either way the authority is
 // read as a Host field is, and the path by the same rules, resolved as WHATWG URL does, dot segments
 // and all, unless it needs no resolving. Undefined where there is no URL to be had.
-function requestUrl(target: string, host: string | undefined): string | undefined {
+function requestUrl(target: string, host: string | undefined, plainHost: boolean): string | undefined {
   if (target.charCodeAt(0) === 47) {
     if (!host) return undefined
-    if (PLAIN_HOST.test(host) && PLAIN_PATH.test(target) && !DOT_SEGMENT.test(target)) return `http://${host}${target}`
+    if (plainHost && PLAIN_PATH.test(target)) return `http://${host}${target}`
     return parsedUrl('http://', host, target)
   }
   const absolute = ABSOLUTE.exec(target)

@@ -99,6 +99,32 @@ describe('the work a request costs the reader grows with its size, never faster'
   }
 })
 
+describe("the URL a head gives a fetch handler: as it came where plain, resolved as WHATWG URL's otherwise", () => {
+  const urlOf = (target: string, host: string) => {
+    const outcome = feed(plain(`GET ${target} HTTP/1.1\r\nHost: ${host}\r\n\r\n`))
+    return outcome.request?.head.url ?? outcome.refusal?.status
+  }
+  const CASES: [string, string, string | number][] = [
+    ['/posts/1', 'api.example', 'http://api.example/posts/1'],
+    ['/a/./b/../feed', 't', 'http://t/a/feed'],
+    ['/a/.', 't', 'http://t/a/'],
+    ['/a/..', 't', 'http://t/'],
+    ['/a/..?q', 't', 'http://t/?q'],
+    ['/.x/..y/...', 't', 'http://t/.x/..y/...'],
+    ['/a?b=/../c', 't', 'http://t/a?b=/../c'],
+    ['/feed', 'T:8080', 'http://t:8080/feed'],
+    ['/feed', 't:65535', 'http://t:65535/feed'],
+    ['/feed', 't:65536', 400],
+    ['/feed', '127.0.0.1:80', 'http://127.0.0.1/feed'],
+  ]
+  for (const [target, host, url] of CASES) {
+    test(`${target} on Host ${host}: ${url}`, () => {
+      assert.equal(urlOf(target, host), url)
+      if (typeof url === 'string') assert.equal(url, new URL(target, `http://${host}`).href)
+    })
+  }
+})
+
 describe('what a reader keeps is bounded, and past a limit it refuses', () => {
   const cases: [string, Buffer, number][] = [
     ['2 MiB of empty lines', plain('\r\n'.repeat(1 << 20)), 431],
