@@ -59,11 +59,15 @@ const TARGET = /^(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?[\]{}|^\\`]|%[0-9A-Fa-f]{2})+$
 const ABSOLUTE = /^(https?:\/\/)([^/?]*)(.*)$/
 // A port: 0 to 65535.
 const PORT = '(?::(?:6553[0-5]|655[0-2]\\d|65[0-4]\\d\\d|6[0-4]\\d{3}|[1-5]\\d{4}|\\d{1,4}))?'
-// What needs no URL parsing to be a URL as it is: a lower-case host and a plain path (as
-// @hono/node-server's own fast path), with no dot segment to resolve: no segment is . or .. (after each
-// slash, the lookahead). A plain host is a Host value too (HOST below), so a request's is tested once.
-// (A host whose last label is a number is an IPv4 address to WHATWG URL, and may not be one: parsed.)
-export const PLAIN_HOST = new RegExp(`^(?:[a-z0-9-]+\\.)*[a-z][a-z0-9-]*${PORT}$`)
+// What needs no URL parsing to be a URL as it is: a host and a path that WHATWG URL writes as they
+// came, with no dot segment to resolve: no segment is . or .. (after each slash, the lookahead).
+// The host is a lower-case name, or an IPv4 address in its canonical dotted form (as a client that was
+// given an address sends it: k6 in the challenge), with a port in its canonical form too, not http's 80.
+// (A name whose last label is a number is an IPv4 address to WHATWG URL, in some other form: parsed.)
+// A plain host is a Host value too (HOST below), so a request's is tested once.
+const OCTET = '(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)'
+const PLAIN_PORT = '(?::(?!80$)(?:6553[0-5]|655[0-2]\\d|65[0-4]\\d\\d|6[0-4]\\d{3}|[1-5]\\d{4}|[1-9]\\d{0,3}|0))?'
+export const PLAIN_HOST = new RegExp(`^(?:(?:[a-z0-9-]+\\.)*[a-z][a-z0-9-]*|(?:${OCTET}\\.){3}${OCTET})${PLAIN_PORT}$`)
 const PLAIN_PATH = /^(?:\/(?!\.\.?(?:[/?#]|$))[!#$&-.0-;=?-[\]_a-z~]*)+$/
 // A Host value, or the authority of an absolute-form target: a registered name or an IPv4 address (RFC
 // 3986's reg-name, without percent-encoding, which @hono/node-server refuses too) or an IP literal, and

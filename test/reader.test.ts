@@ -116,6 +116,11 @@ describe("the URL a head gives a fetch handler: as it came where plain, resolved
     ['/feed', 't:65535', 'http://t:65535/feed'],
     ['/feed', 't:65536', 400],
     ['/feed', '127.0.0.1:80', 'http://127.0.0.1/feed'],
+    ['/feed', '10.0.0.2:3000', 'http://10.0.0.2:3000/feed'],
+    ['/feed', '127.1', 'http://127.0.0.1/feed'],
+    ['/feed', '10.0.0.02', 'http://10.0.0.2/feed'],
+    ['/feed', 't:80', 'http://t/feed'],
+    ['/feed', 't:0808', 'http://t:808/feed'],
   ]
   for (const [target, host, url] of CASES) {
     test(`${target} on Host ${host}: ${url}`, () => {
