@@ -40,22 +40,22 @@ export function sequence(kind: Kind, count: number, tokens: string[]): Request[]
   return requests
 }
 
-// The Host field k6 sends in the challenge, where it is given the server's address (load.js's BASE_URL):
-// an IPv4 address and a port, which the server must read as WHATWG URL would.
-const HOST = 'Host: 10.0.0.2:3000\r\n'
+// The fields k6 (v2.2.0) sends first, in the challenge given the server's address (load.js's BASE_URL):
+// Host is an IPv4 address and a port, which the server must read as WHATWG URL would.
+const K6 = 'Host: 10.0.0.2:3000\r\nUser-Agent: Grafana k6/2.2.0\r\n'
 
-// One request of the kind, as bytes; i numbers a new post's body.
+// One request of the kind, as k6 sends load.js's, field by field; i numbers a new post's body.
 export function requestBytes(kind: Single, postId: number, token: string, i: number): string {
   switch (kind) {
     case 'feed':
-      return `GET /feed HTTP/1.1\r\n${HOST}\r\n`
+      return `GET /feed HTTP/1.1\r\n${K6}\r\n`
     case 'post':
-      return `GET /posts/${postId} HTTP/1.1\r\n${HOST}\r\n`
+      return `GET /posts/${postId} HTTP/1.1\r\n${K6}\r\n`
     case 'like':
-      return `POST /posts/${postId}/like HTTP/1.1\r\n${HOST}Authorization: Bearer ${token}\r\nContent-Length: 0\r\n\r\n`
+      return `POST /posts/${postId}/like HTTP/1.1\r\n${K6}Content-Length: 0\r\nAuthorization: Bearer ${token}\r\n\r\n`
     case 'create': {
       const body = `{"body":"A user post, number ${i}."}`
-      return `POST /posts HTTP/1.1\r\n${HOST}Authorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+      return `POST /posts HTTP/1.1\r\n${K6}Content-Length: ${body.length}\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\n\r\n${body}`
     }
   }
 }
