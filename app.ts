@@ -341,7 +341,8 @@ function commitPendingWrites() {
 function commitBatch(batch: PendingWrite[], deadline: number, retryMs: number) {
   let db: Database
   try {
-    db = beginWrite()
+    db = database()
+    db.begin.run()
   } catch (error) {
     // Another connection holds the write lock: try again soon, serving other requests meanwhile.
     const wait = Math.min(retryMs, deadline - Date.now())
@@ -360,18 +361,6 @@ function commitBatch(batch: PendingWrite[], deadline: number, retryMs: number) {
     return failBatch(batch, error)
   }
   batch.forEach(({ resolve, reject }, i) => (outcomes[i].ok ? resolve : reject)(outcomes[i].value))
-}
-
-// BEGIN IMMEDIATE without SQLite's busy handler: a write lock another connection holds throws at once.
-function beginWrite(): Database {
-  const db = database()
-  db.noWait.run()
-  try {
-    db.begin.run()
-  } finally {
-    db.wait.run()
-  }
-  return db
 }
 
 // One request's statement in the batch's transaction: a constraint undoes only that statement; any
@@ -472,7 +461,12 @@ export function configure(given: ServerSetup) {
 // at every commit of the first (BENCHMARKS.md, "One connection").
 function connect() {
   if (!existsSync(SQLITE_PATH)) throw new ApiError(503, 'database file is missing') // opening would create it
-  // Opening never waits on a lock: a start that would wait for one waits around openDatabase().
+  // A connection that writes never sleeps in SQLite's busy handler, which would stop the whole event
+  // loop: it opens without waiting (a start that must wait does so around openDatabase()), its BEGIN
+  // IMMEDIATE throws at once while another connection holds the write lock (commitBatch retries on a
+  // timer), and in WAL mode its reads wait for no other connection (only a recovery after a crash would
+  // hold them up: a 503 at once). A read-only one, a follower's, waits up to BUSY_TIMEOUT_MS for its
+  // locks, which Litestream takes as it applies the primary's changes.
   const { readOnly = false, afterOpen } = (setup ??= {})
   const db = new DatabaseSync(SQLITE_PATH, { timeout: 0, readOnly })
   try {
@@ -492,16 +486,11 @@ function connect() {
       insertPost: rowsAsArrays(db.prepare(INSERT_POST)),
       insertLike: db.prepare(INSERT_LIKE),
       ping: db.prepare(PING),
-      // Reads wait up to BUSY_TIMEOUT_MS for another connection's locks. Taking the write lock never
-      // waits: a write that finds it taken is retried on a timer (commitBatch), so the event loop never
-      // sleeps in SQLite's busy handler.
-      noWait: db.prepare('PRAGMA busy_timeout = 0'),
-      wait: db.prepare(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`),
       begin: db.prepare('BEGIN IMMEDIATE'),
       commit: db.prepare('COMMIT'),
       rollback: db.prepare('ROLLBACK'),
     }
-    database.wait.run()
+    if (readOnly) db.exec(`PRAGMA busy_timeout = ${BUSY_TIMEOUT_MS}`)
     return database
   } catch (error) {
     db.close()
