@@ -589,6 +589,14 @@ describe('POST /posts/:id/like', () => {
   test('is 401 invalid token payload for a signed user id with no user row', async () => {
     await expectError(await post('/posts/3/like', { token: await tokenFor(77) }), 401, 'invalid token payload')
   })
+
+  test('is 413 with Connection: close for a body declared over 16 KB, before the token is read', async () => {
+    const over = await post('/posts/3/like', { headers: { 'content-length': '16385' }, body: 'x'.repeat(16_385) })
+    await expectError(over, 413, 'request body must be at most 16 KB')
+    assert.equal(over.headers.get('connection'), 'close')
+    const within = await post('/posts/3/like', { headers: { 'content-length': '16384' }, body: 'x'.repeat(16_384) })
+    await expectError(within, 401, 'missing bearer token')
+  })
 })
 
 describe('unknown paths and methods', () => {
