@@ -195,7 +195,7 @@ export function limitBody<Path extends string>(c: Context<Env, Path>, next: Next
 
 // A like reads no body, so only its Content-Length can be over 16 KB: refused as limitBody refuses it,
 // by a call rather than as route middleware, with which Hono composes the route's handlers on every
-// request (a like's 7,800 instructions: BENCHMARKS.md, "A like without route middleware").
+// request (a like's 7,800 instructions: BENCHMARKS.md, "The write path, counted").
 function limitUnreadBody(c: Context<Env>) {
   if (Number(c.req.header('content-length')) > MAX_BODY_BYTES) refuseBody()
 }
@@ -377,7 +377,7 @@ function commit(batch: PendingWrite[]): Outcome[] {
 
 // A write alone in its turn is a transaction of its own (autocommit), which takes the lock as
 // BEGIN IMMEDIATE does: no BEGIN and COMMIT to run, and no journal to undo it apart from others
-// (BENCHMARKS.md, "A write alone in its turn"). The empty write of /health takes the lock above.
+// (BENCHMARKS.md, "The write path, counted"). The empty write of /health takes the lock above.
 function commitAlone({ statement }: PendingWrite): Outcome[] {
   const db = database()
   expectFile()
