@@ -590,12 +590,16 @@ describe('POST /posts/:id/like', () => {
     await expectError(await post('/posts/3/like', { token: await tokenFor(77) }), 401, 'invalid token payload')
   })
 
-  test('is 413 with Connection: close for a body declared over 16 KB, before the token is read', async () => {
+  test('is 413 with Connection: close for a body over 16 KB, declared or streamed, before the token is read', async () => {
     const over = await post('/posts/3/like', { headers: { 'content-length': '16385' }, body: 'x'.repeat(16_385) })
     await expectError(over, 413, 'request body must be at most 16 KB')
     assert.equal(over.headers.get('connection'), 'close')
     const within = await post('/posts/3/like', { headers: { 'content-length': '16384' }, body: 'x'.repeat(16_384) })
     await expectError(within, 401, 'missing bearer token')
+    const chunks = [new Uint8Array(10_000), new Uint8Array(6_385)]
+    const stream = new ReadableStream({ pull: (c) => (chunks.length ? c.enqueue(chunks.shift()) : c.close()) })
+    const streamed = await app.request('/posts/3/like', { method: 'POST', body: stream, duplex: 'half' } as RequestInit)
+    await expectError(streamed, 413, 'request body must be at most 16 KB')
   })
 })
 
