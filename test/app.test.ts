@@ -661,6 +661,7 @@ describe('a database in trouble', () => {
     assert.equal((await app.request('/health')).status, 200)
     assert.equal((await post('/posts/3/like', { token: await tokenFor(1) })).status, 201)
   })
+
   // Asleep there, the whole event loop would wait: a write that meets the lock is retried on a timer
   // (above), and a read in WAL mode meets none.
   test("the connection never sleeps in SQLite's busy handler: its busy timeout is 0", () => {
