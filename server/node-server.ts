@@ -91,14 +91,15 @@ const CLIENT_ERRORS: Record<string, number> = {
 // would write the refusal at once, ahead of answers still on their way, and drop those, though their
 // handlers ran (a post committed, and its client told 400). The request the fault is in is not
 // answered but refused: one whose head Node handed on in this same read never reaches its handler, and
-// one whose handler has begun (its body cut short, or its trailer too large) is refused at once, as it
-// waits for a body that will not come. Bytes after a request with Connection: close are ignored
-// (RFC 9112, 9.6), and its answer closes.
+// one whose handler has begun (its body cut short, or its trailer too large), which waits for a body
+// that will not come, is refused through its own response, which Node writes in its turn. Bytes after
+// a request with Connection: close are ignored (RFC 9112, 9.6), and its answer closes.
 const REFUSAL = Symbol('the refusal to write once its answers are')
 const CLOSING = Symbol('an answer of ours closes it')
 const COUNTED = Symbol('its answer counts in UNWRITTEN')
 const BEGUN = Symbol('its handler has begun')
-type Incoming = IncomingMessage & { [COUNTED]?: true; [BEGUN]?: true; [REFUSAL]?: true }
+const RESPONSE = Symbol('its response')
+type Incoming = IncomingMessage & { [COUNTED]?: true; [BEGUN]?: true; [REFUSAL]?: true; [RESPONSE]?: ServerResponse }
 type Parsing = Connection & { parser?: { incoming?: Incoming | null } }
 
 function afterAnswers(socket: Parsing, code: string | undefined) {
@@ -113,12 +114,20 @@ function afterAnswers(socket: Parsing, code: string | undefined) {
   }
   const faulty = socket.parser?.incoming
   if (faulty?.[COUNTED] && !faulty.complete) {
-    if (faulty[BEGUN]) return refuse()
+    if (faulty[BEGUN]) return refuseInTurn(socket, faulty[RESPONSE]!, status)
     faulty[REFUSAL] = true
     socket[UNWRITTEN]!--
   }
   if ((socket[UNWRITTEN] ?? 0) === 0) return refuse()
   socket[REFUSAL] = refuse
+}
+
+// Nothing more is said once the refusal is: the connection closes after it, or, where the handler's own
+// answer has begun, after that.
+function refuseInTurn(socket: Connection, outgoing: ServerResponse, status: number) {
+  socket[REFUSAL] = () => socket.end()
+  if (!outgoing.headersSent) return refuseAndClose(outgoing, status)
+  if ((socket[UNWRITTEN] ?? 0) === 0) socket.end()
 }
 
 // RFC 9112 requires Host of HTTP/1.1 requests only; the adapter needs one of every request, to build its
@@ -204,6 +213,7 @@ function boundPipelining(listener: RequestListener): RequestListener {
     socket[UNWRITTEN] = ahead + 1
     const counted: Incoming = incoming
     counted[COUNTED] = true
+    counted[RESPONSE] = outgoing
     outgoing.on('finish', written) // its last byte is with the kernel
     // Answered once Node has parsed all it read (Node runs no microtask inside its parser): a
     // connection that pipelines past the bound is closed by then, and costs no query. A microtask,

@@ -240,6 +240,21 @@ function requests() {
     assert.ok(closed)
   })
 
+  // node:http refused a request whose handler had begun at once, ahead of the slow answer before it,
+  // which was lost (server/node-server.ts, refuseInTurn).
+  test('a chunked body found malformed once its handler has begun, behind a slow answer: that answer, then a 400 closes', async () => {
+    const { text, closed } = await conversation([
+      'GET /slow HTTP/1.1\r\nHost: t\r\n\r\nPOST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n',
+      'zz\r\nx\r\n0\r\n\r\n',
+    ])
+    assert.deepEqual(
+      [...text.matchAll(/HTTP\/1.1 (\d+) /g)].map((m) => m[1]),
+      ['200', '400'],
+    )
+    assert.match(text, /\r\n\r\nlate[^]*\r\n\r\n\{"error":"malformed request"\}$/)
+    assert.ok(closed)
+  })
+
   test("a client that resets its connection before its answer aborts the request's signal", async () => {
     const socket = connect(port, '127.0.0.1')
     await within(once(socket, 'connect'), 2_000, 'the connection')
