@@ -85,8 +85,7 @@ const CLIENT_ERRORS: Record<string, number> = {
   HPE_HEADER_OVERFLOW: 431,
   ERR_HTTP_REQUEST_TIMEOUT: 408,
   HPE_CHUNK_EXTENSIONS_OVERFLOW: 413,
-  CHUNKS_OVERFLOW: 413, // boundChunks's
-  HPE_PAUSED: 413, // only boundChunks pauses the parser
+  HPE_PAUSED: 413, // boundChunks pauses the parser past its bound
 }
 
 // The requests read whole before the fault are answered first, in order, as ours answers them: Node
@@ -243,7 +242,7 @@ function boundChunks(incoming: Incoming) {
     if (chunks > MAX_CHUNKS) return true
     if (chunk !== null && socket.bytesRead === read && ++chunks > MAX_CHUNKS) {
       socket.parser?.pause()
-      afterAnswers(socket, 'CHUNKS_OVERFLOW')
+      afterAnswers(socket, 'HPE_PAUSED')
       return true
     }
     read = socket.bytesRead

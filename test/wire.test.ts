@@ -240,8 +240,8 @@ function requests() {
     assert.ok(closed)
   })
 
-  // node:http refused a request whose handler had begun at once, ahead of the slow answer before it,
-  // which was lost (server/node-server.ts, refuseInTurn).
+  // A request refused once its handler has begun is refused in its turn: written at once, node-server's
+  // refusal went ahead of the slow answer before it, which was lost (server/node-server.ts, refuseInTurn).
   test('a chunked body found malformed once its handler has begun, behind a slow answer: that answer, then a 400 closes', async () => {
     const { text, closed } = await conversation([
       'GET /slow HTTP/1.1\r\nHost: t\r\n\r\nPOST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n',
