@@ -54,3 +54,44 @@ export function exchange(
     socket.write(bytes, () => halfClose && socket.end())
   })
 }
+
+// A request whose body is written 64 KB at a time, each piece once the kernel took the last, as curl
+// and k6 send a large one, and read meanwhile: the answer's status line, and the error the connection
+// met first (a reset, a write after it), if any.
+export function sendStreaming(
+  port: number,
+  head: string,
+  bodyLength: number,
+  { timeoutMs = 5_000 } = {},
+): Promise<{ statusLine: string; error?: string }> {
+  return new Promise((resolve) => {
+    // Half open: the server's FIN after its answer does not end what this side still writes.
+    const socket = connect({ port, host: '127.0.0.1', allowHalfOpen: true })
+    let received = ''
+    let error: string | undefined
+    const done = () => {
+      clearTimeout(timer)
+      socket.destroy()
+      resolve({ statusLine: received.split('\r\n')[0], error })
+    }
+    const timer = setTimeout(() => ((error ??= 'timeout'), done()), timeoutMs)
+    const piece = Buffer.alloc(64 * 1024, 'x')
+    let left = bodyLength
+    let serverEnded = false
+    // Closed once the whole body is written and the server has closed its side.
+    const endIfDone = () => left === 0 && serverEnded && socket.end()
+    const pump = () => {
+      while (left > 0 && !socket.destroyed) {
+        const next = piece.subarray(0, Math.min(left, piece.length))
+        left -= next.length
+        if (!socket.write(next)) return void socket.once('drain', pump)
+      }
+      endIfDone()
+    }
+    socket.on('connect', () => (socket.write(head), pump()))
+    socket.on('data', (chunk: Buffer) => (received += chunk.toString('latin1')))
+    socket.on('error', (e: NodeJS.ErrnoException) => (error ??= e.code ?? e.message))
+    socket.on('close', done)
+    socket.on('end', () => ((serverEnded = true), endIfDone()))
+  })
+}

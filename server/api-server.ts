@@ -32,6 +32,10 @@ export const HEADERS_TIMEOUT_MS = 10_000
 export const REQUEST_TIMEOUT_MS = 30_000
 export const DRAIN_MS = 10_000
 export const HEALTH_PATH = '/health'
+// After its last answer a connection is closed gently: the answer, a FIN, and what the client still
+// sends read and dropped until it closes too, or this long (RFC 9112, 9.6). Closed at once, with
+// bytes unread, the kernel would reset it, and the client could lose the answer.
+export const LINGER_MS = 2_000
 
 // Node parses every request in what it has read from a connection (up to 64 KB: 2,000 small requests)
 // and answers each, queueing the answers behind the one being written: 200 connections that pipelined

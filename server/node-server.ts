@@ -12,6 +12,7 @@ import {
   HEADERS_TIMEOUT_MS,
   HEALTH_PATH,
   KEEP_ALIVE_MS,
+  LINGER_MS,
   MAX_UNWRITTEN,
   nextAnswer,
   OVER_CAPACITY_MS,
@@ -66,6 +67,7 @@ export function createNodeServer(fetch: Fetch): ApiServer {
   }
   server.on('connection', (socket: Connection) => {
     stopParsingWhenClosed(socket)
+    socket.destroySoon = closeGently
     if (admitted < api.maxConnections) {
       admitted++
       socket.once('close', () => admitted--)
@@ -279,6 +281,20 @@ function idleSince(socket: Connection): number | undefined {
   if ((socket[UNWRITTEN] ?? 0) > 0 || socket.writableLength > 0 || socket.bytesRead !== (socket[READ] ?? 0))
     return undefined
   return socket[ANSWERED] ?? 0
+}
+
+// node:http closes a connection after an answer that closes it by destroySoon: a FIN, then, once it is
+// written, the close, with what the client still sends unread, which the kernel answers with a reset.
+// A client still sending its body (over 16 KB, refused with a 413) met that as a failed write, now and
+// then with the answer lost. Here, as on server/wire.ts, the parser lets go of the connection, and what
+// still comes is read and dropped until the client closes too, or LINGER_MS.
+type Parsed = Socket & { parser?: { _consumed?: boolean; unconsume(): void } | null }
+function closeGently(this: Parsed) {
+  this.end()
+  if (this.parser?._consumed) this.parser.unconsume()
+  this.removeAllListeners('data').on('data', () => {})
+  this.resume()
+  setTimeout(() => this.destroy(), LINGER_MS).unref()
 }
 
 // Once a connection is closed, Node still parses the rest of what it read, and builds a request and a

@@ -16,6 +16,7 @@ import {
   HEADERS_TIMEOUT_MS,
   HEALTH_PATH,
   KEEP_ALIVE_MS,
+  LINGER_MS,
   MAX_UNWRITTEN,
   nextAnswer,
   OVER_CAPACITY_MS,
@@ -26,10 +27,6 @@ import {
   type Fetch,
 } from './api-server.ts'
 
-// After its last answer a connection is closed gently: the answer, a FIN, and what the client still
-// sends read and dropped until it closes too, or this long (RFC 9112, 9.6). Closed at once, with
-// bytes unread, the kernel would reset it, and the client could lose the answer.
-const LINGER_MS = 2_000
 const CHECK_MS = 1_000
 
 // A connection's states: waiting for a request (new, or kept alive after an answer), reading one,
