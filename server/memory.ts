@@ -1,6 +1,6 @@
 // The memory guard. On a box without swap, running out of memory ends it all: the kernel kills a
 // process, and with it every connection it holds. So every process of the server looks at what is
-// left four times a second and gives way first: short of memory, it takes no more connections than it
+// left four times a second (once a second while it is far from the lines) and gives way first: short of memory, it takes no more connections than it
 // holds (a new one is closed as it comes; those held are served); shorter, it also closes idle
 // keep-alive connections, least recently used first; with memory back, it takes new ones again. A
 // connection it does not take is answered all the same (server/api-server.ts, maxConnections).
@@ -12,6 +12,10 @@ import type { ApiServer } from './api-server.ts'
 const MEMORY_LIMIT_MB = Number(process.env.MEMORY_LIMIT_MB || 0)
 const MiB = 1024 * 1024
 const CHECK_MS = 250
+// Far from the lines, with more than four times the first free, it looks once a second: each look wakes
+// the process, and even a flood of connections takes longer than a second to use up that much.
+const FAR_CHECK_MS = 1_000
+const FAR = 4
 // What the lines leave free, of the memory the server may use: below the first it takes no more
 // connections, below half of it it closes idle ones; it takes new ones again above one and a half.
 const FULL_SHARE = 0.1
@@ -31,12 +35,13 @@ export const takingConnections = () => guard.state === 'taking'
 
 // `connections`: this process's, kept by whoever counts them.
 export function guardMemory(server: ApiServer, connections: Set<Socket>, measure = memoryMeter()) {
-  const look = () => {
+  // Returns how long to wait for the next look.
+  const look = (): number => {
     let figures
     try {
       figures = measure()
     } catch {
-      return // a look that cannot read the figures changes nothing; the next one tries again
+      return CHECK_MS // a look that cannot read the figures changes nothing; the next one tries again
     }
     const { budget, used } = figures
     const full = Math.max(budget * FULL_SHARE, FULL_AT_LEAST)
@@ -62,9 +67,10 @@ export function guardMemory(server: ApiServer, connections: Set<Socket>, measure
       if (next === 'taking') guard.shed = 0
       guard.state = next
     }
+    return next === 'taking' && available > full * FAR ? FAR_CHECK_MS : CHECK_MS
   }
-  setInterval(look, CHECK_MS).unref()
-  look()
+  const lookAgain = (afterMs: number) => setTimeout(() => lookAgain(look()), afterMs).unref()
+  lookAgain(look())
 }
 
 // Closes up to `count` idle connections, those that answered longest ago first; returns how many.
