@@ -103,7 +103,17 @@ const COUNTED = Symbol('its answer counts in UNWRITTEN')
 const BEGUN = Symbol('its handler has begun')
 const RESPONSE = Symbol('its response')
 type Incoming = IncomingMessage & { [COUNTED]?: true; [BEGUN]?: true; [REFUSAL]?: true; [RESPONSE]?: ServerResponse }
-type Parsing = Connection & { parser?: { incoming?: Incoming | null } }
+// A connection with what node:http keeps of its parser on it (undocumented, but how it has worked since
+// 0.x): the request being parsed, the callback that takes each head, and its hold on the socket's reads.
+type Parsing = Connection & {
+  parser?: {
+    incoming?: Incoming | null
+    onIncoming?: (request: IncomingMessage, keepAlive: boolean) => number
+    pause(): void
+    _consumed?: boolean
+    unconsume(): void
+  } | null
+}
 
 function afterAnswers(socket: Parsing, code: string | undefined) {
   if (socket[REFUSAL] !== undefined) return // refused already: Node reads on, and faults again
@@ -112,8 +122,8 @@ function afterAnswers(socket: Parsing, code: string | undefined) {
   // say), nothing more is read or said.
   const refuse = () => {
     if (socket.writableEnded) return
-    if (code === 'HPE_CLOSED_CONNECTION' || socket[CLOSING]) socket.end()
-    else socket.end(rawError(status, REFUSALS[status]))
+    if (code === 'HPE_CLOSED_CONNECTION' || socket[CLOSING]) closeGently.call(socket)
+    else closeGently.call(socket, rawError(status, REFUSALS[status]))
   }
   const faulty = socket.parser?.incoming
   if (faulty?.[COUNTED] && !faulty.complete) {
@@ -237,7 +247,7 @@ function boundPipelining(listener: RequestListener): RequestListener {
 const MAX_CHUNKS = Math.floor(MAX_FRAMING_BYTES / 5)
 
 function boundChunks(incoming: Incoming) {
-  const socket = incoming.socket as Parsing & { parser?: { pause(): void } }
+  const socket = incoming.socket as Parsing
   let read = -1
   let chunks = 0
   incoming.push = (chunk, encoding) => {
@@ -284,26 +294,26 @@ function idleSince(socket: Connection): number | undefined {
 }
 
 // node:http closes a connection after an answer that closes it by destroySoon: a FIN, then, once it is
-// written, the close, with what the client still sends unread, which the kernel answers with a reset.
-// A client still sending its body (over 16 KB, refused with a 413) met that as a failed write, now and
-// then with the answer lost. Here, as on server/wire.ts, the parser lets go of the connection, and what
-// still comes is read and dropped until the client closes too, or LINGER_MS.
-type Parsed = Socket & { parser?: { _consumed?: boolean; unconsume(): void } | null }
-function closeGently(this: Parsed) {
-  this.end()
+// written, the close, with what the client still sends unread, which the kernel answers with a reset;
+// after a refusal of ours, the next read's fault destroyed it alike. A client still sending (a body
+// over 16 KB, a head over 16 KB) met that as a failed write, now and then with the answer lost. Here, as
+// on server/wire.ts, the last bytes go, the parser lets go of the connection, and what still comes is
+// read and dropped until the client closes too, or LINGER_MS.
+function closeGently(this: Parsing, last?: string) {
+  if (last === undefined) this.end()
+  else this.end(last)
   if (this.parser?._consumed) this.parser.unconsume()
   this.removeAllListeners('data').on('data', () => {})
   this.resume()
-  setTimeout(() => this.destroy(), LINGER_MS).unref()
+  const timer = setTimeout(() => this.destroy(), LINGER_MS).unref()
+  this.once('close', () => clearTimeout(timer)) // which would keep the socket another 2 s
 }
 
 // Once a connection is closed, Node still parses the rest of what it read, and builds a request and a
 // response for each, all kept until the close event: 2,000 per connection, for nothing. Its parser's
-// onIncoming callback (undocumented, but how node:http has worked since 0.x) stops the parse when it
-// returns -1. Without it the bound still holds, but 200 such connections cost 500 MB again
+// onIncoming callback stops the parse when it returns -1. Without it the bound still holds, but 200 such connections cost 500 MB again
 // (test/hostile.test.ts fails). So once a refusal is decided, or written: no request after it is read.
-type OnIncoming = (request: IncomingMessage, keepAlive: boolean) => number
-function stopParsingWhenClosed(socket: Connection & { parser?: { onIncoming?: OnIncoming } }) {
+function stopParsingWhenClosed(socket: Parsing) {
   const parser = socket.parser
   const onIncoming = parser?.onIncoming
   if (typeof onIncoming === 'function')
