@@ -55,13 +55,13 @@ export function exchange(
   })
 }
 
-// A request whose body is written 64 KB at a time, each piece once the kernel took the last, as curl
-// and k6 send a large one, and read meanwhile: the answer's status line, and the error the connection
-// met first (a reset, a write after it), if any.
+// A head, then `length` bytes of x after it (a body, or more of the head), written 64 KB at a time,
+// each piece once the kernel took the last, as curl and k6 send a large body, and read meanwhile: the
+// answer's status line, and the error the connection met first (a reset, a write after it), if any.
 export function sendStreaming(
   port: number,
   head: string,
-  bodyLength: number,
+  length: number,
   { timeoutMs = 5_000 } = {},
 ): Promise<{ statusLine: string; error?: string }> {
   return new Promise((resolve) => {
@@ -76,9 +76,9 @@ export function sendStreaming(
     }
     const timer = setTimeout(() => ((error ??= 'timeout'), done()), timeoutMs)
     const piece = Buffer.alloc(64 * 1024, 'x')
-    let left = bodyLength
+    let left = length
     let serverEnded = false
-    // Closed once the whole body is written and the server has closed its side.
+    // Closed once all of it is written and the server has closed its side.
     const endIfDone = () => left === 0 && serverEnded && socket.end()
     const pump = () => {
       while (left > 0 && !socket.destroyed) {

@@ -1,9 +1,10 @@
 // The memory guard. On a box without swap, running out of memory ends it all: the kernel kills a
 // process, and with it every connection it holds. So every process of the server looks at what is
-// left four times a second (once a second while it is far from the lines) and gives way first: short of memory, it takes no more connections than it
-// holds (a new one is closed as it comes; those held are served); shorter, it also closes idle
-// keep-alive connections, least recently used first; with memory back, it takes new ones again. A
-// connection it does not take is answered all the same (server/api-server.ts, maxConnections).
+// left four times a second (once a second while it is far from the lines) and gives way first: short
+// of memory, it takes no more connections than it holds (a new one is closed as it comes; those held
+// are served); shorter, it also closes idle keep-alive connections, least recently used first; with
+// memory back, it takes new ones again. A connection it does not take is answered all the same
+// (server/api-server.ts, maxConnections).
 import { openSync, readFileSync, readSync } from 'node:fs'
 import type { Socket } from 'node:net'
 import type { ApiServer } from './api-server.ts'

@@ -311,8 +311,8 @@ function closeGently(this: Parsing, last?: string) {
 
 // Once a connection is closed, Node still parses the rest of what it read, and builds a request and a
 // response for each, all kept until the close event: 2,000 per connection, for nothing. Its parser's
-// onIncoming callback stops the parse when it returns -1. Without it the bound still holds, but 200 such connections cost 500 MB again
-// (test/hostile.test.ts fails). So once a refusal is decided, or written: no request after it is read.
+// onIncoming callback stops the parse when it returns -1. Without it the bound still holds, but 200
+// such connections cost 500 MB again (test/hostile.test.ts fails). So once a refusal is decided, or written: no request after it is read.
 function stopParsingWhenClosed(socket: Parsing) {
   const parser = socket.parser
   const onIncoming = parser?.onIncoming
