@@ -103,6 +103,16 @@ function conversation(
   })
 }
 
+// Asserts that a conversation ended in a close, its answers of these statuses in order, its text of this shape.
+function assertClosedAfter(heard: { text: string; closed: boolean }, statuses: string[], text: RegExp) {
+  assert.deepEqual(
+    [...heard.text.matchAll(/HTTP\/1.1 (\d+) /g)].map((m) => m[1]),
+    statuses,
+  )
+  assert.match(heard.text, text)
+  assert.ok(heard.closed, 'the connection closed')
+}
+
 function answers() {
   test('a streamed body goes chunked to HTTP/1.1 and ends with the close for HTTP/1.0', async () => {
     const chunked = await get('/stream')
@@ -215,44 +225,38 @@ function requests() {
   })
 
   test('pipelined requests are answered in order; Connection: close is answered, then the connection closes whatever follows', async () => {
-    const { text, closed } = await conversation([
-      'GET /bytes HTTP/1.1\r\nHost: t\r\n\r\nPOST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabcGET /bytes HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\nGARBAGE\r\n\r\n',
-    ])
-    assert.deepEqual(
-      [...text.matchAll(/HTTP\/1.1 (\d+) /g)].map((m) => m[1]),
+    assertClosedAfter(
+      await conversation([
+        'GET /bytes HTTP/1.1\r\nHost: t\r\n\r\nPOST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabcGET /bytes HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\nGARBAGE\r\n\r\n',
+      ]),
       ['200', '200', '200'],
+      /\r\n\r\nhi[^]*\r\n\r\nabc[^]*\r\n\r\nhi$/,
     )
-    assert.match(text, /\r\n\r\nhi[^]*\r\n\r\nabc[^]*\r\n\r\nhi$/)
-    assert.ok(closed)
   })
 
   // node:http wrote its 400 ahead of the answers still on their way, and lost them: a post committed, and
   // its client told 400 (server/node-server.ts, afterAnswers).
   test('requests read whole before bytes that are not HTTP are answered, in order, then a 400 closes', async () => {
-    const { text, closed } = await conversation([
-      'GET /bytes HTTP/1.1\r\nHost: t\r\n\r\nPOST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabcGARBAGE\r\n\r\n',
-    ])
-    assert.deepEqual(
-      [...text.matchAll(/HTTP\/1.1 (\d+) /g)].map((m) => m[1]),
+    assertClosedAfter(
+      await conversation([
+        'GET /bytes HTTP/1.1\r\nHost: t\r\n\r\nPOST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nabcGARBAGE\r\n\r\n',
+      ]),
       ['200', '200', '400'],
+      /\r\n\r\nhi[^]*\r\n\r\nabc[^]*\r\n\r\n\{"error":"malformed request"\}$/,
     )
-    assert.match(text, /\r\n\r\nhi[^]*\r\n\r\nabc[^]*\r\n\r\n\{"error":"malformed request"\}$/)
-    assert.ok(closed)
   })
 
   // A request refused once its handler has begun is refused in its turn: written at once, node-server's
   // refusal went ahead of the slow answer before it, which was lost (server/node-server.ts, refuseInTurn).
   test('a chunked body found malformed once its handler has begun, behind a slow answer: that answer, then a 400 closes', async () => {
-    const { text, closed } = await conversation([
-      'GET /slow HTTP/1.1\r\nHost: t\r\n\r\nPOST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n',
-      'zz\r\nx\r\n0\r\n\r\n',
-    ])
-    assert.deepEqual(
-      [...text.matchAll(/HTTP\/1.1 (\d+) /g)].map((m) => m[1]),
+    assertClosedAfter(
+      await conversation([
+        'GET /slow HTTP/1.1\r\nHost: t\r\n\r\nPOST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n',
+        'zz\r\nx\r\n0\r\n\r\n',
+      ]),
       ['200', '400'],
+      /\r\n\r\nlate[^]*\r\n\r\n\{"error":"malformed request"\}$/,
     )
-    assert.match(text, /\r\n\r\nlate[^]*\r\n\r\n\{"error":"malformed request"\}$/)
-    assert.ok(closed)
   })
 
   test("a client that resets its connection before its answer aborts the request's signal", async () => {
