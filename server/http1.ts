@@ -308,7 +308,10 @@ function bodyLengthOf(minor: 0 | 1, contentLength: string | undefined, codings: 
   }
   if (contentLength === undefined) return 0
   if (!/^\d+$/.test(contentLength)) return refuse(400, 'a Content-Length that is not digits')
-  return contentLength.length > 15 ? Number.MAX_SAFE_INTEGER : Number(contentLength)
+  if (contentLength.length <= 15) return Number(contentLength)
+  // Past what a double holds exactly, any length is over every limit; leading zeros are no part of it.
+  const digits = contentLength.replace(/^0+/, '')
+  return digits.length > 15 ? Number.MAX_SAFE_INTEGER : Number(digits)
 }
 
 // The absolute URL of the request: the target's own (absolute-form: RFC 9112, 3.2.2 says to ignore

@@ -130,6 +130,29 @@ describe("the URL a head gives a fetch handler: as it came where plain, resolved
   }
 })
 
+// llhttp reads 00000000000000000005 as 5; past 15 significant digits a double no longer holds a length
+// exactly, and any such length is over every limit.
+describe('a Content-Length is the number its digits say, leading zeros and all', () => {
+  const CASES: [string, number][] = [
+    ['5', 5],
+    ['00000000000000000005', 5],
+    ['0000000000000000000000', 0],
+    ['000000000000000000016385', 16_385],
+    ['999999999999999', 999_999_999_999_999],
+    ['9999999999999999', Number.MAX_SAFE_INTEGER],
+    ['0009999999999999999', Number.MAX_SAFE_INTEGER],
+  ]
+  for (const [value, length] of CASES) {
+    test(`Content-Length: ${value} is ${length}`, () => {
+      const reader = new RequestReader(MAX_BODY_BYTES)
+      reader.push(plain(head(`Content-Length: ${value}\r\n\r\n`)))
+      const read = reader.readHead()
+      assert.ok(read !== undefined && !('status' in read), 'a head')
+      assert.equal(read.bodyLength, length)
+    })
+  }
+})
+
 describe('what a reader keeps is bounded, and past a limit it refuses', () => {
   const cases: [string, Buffer, number][] = [
     ['2 MiB of empty lines', plain('\r\n'.repeat(1 << 20)), 431],
