@@ -39,7 +39,8 @@ async function run() {
   })
   const fetch = follower ? forwardWrites(app.fetch) : await startReplicating(app.fetch, speaksForAll)
   await openDatabaseAtStart()
-  const server = HTTP_SERVER === 'net' ? createWireServer(fetch, MAX_BODY_BYTES) : createNodeServer(fetch)
+  const server =
+    HTTP_SERVER === 'net' ? createWireServer(fetch, MAX_BODY_BYTES) : createNodeServer(fetch, MAX_BODY_BYTES)
   const connections = new Set<Socket>() // this process's, kept by its role and read by the memory guard
   guardMemory(server, connections)
   serveInProcesses(server, connections, entry)

@@ -1,7 +1,8 @@
 // The API on node:http, through @hono/node-server: the server `HTTP_SERVER=node-server` selects, and
 // what `node app.ts` serves the API with. Set for tens of thousands of keep-alive users: its timeouts,
 // the JSON error shape for what never reaches Hono, a bound on pipelined answers nobody reads, a
-// connection past capacity answered rather than dropped, and the drain.
+// connection past capacity answered rather than dropped, the body's limit on every request, and the
+// drain.
 import { getRequestListener, RequestError, type HttpBindings } from '@hono/node-server'
 import { createServer, IncomingMessage, type RequestListener, type ServerResponse } from 'node:http'
 import type { Socket } from 'node:net'
@@ -27,7 +28,7 @@ import { rawError } from './responses.ts'
 
 type FetchCallback = Parameters<typeof getRequestListener>[0]
 
-export function createNodeServer(fetch: Fetch): ApiServer {
+export function createNodeServer(fetch: Fetch, maxBodyBytes: number): ApiServer {
   let draining = false
   let admitted = 0
   // A request the adapter cannot even build (a bad Host header, say) still gets the JSON error.
@@ -49,7 +50,7 @@ export function createNodeServer(fetch: Fetch): ApiServer {
       // already ended: nothing to set in motion and tear down again for a body it cannot have.
       optimizeEmptyRequests: true,
     },
-    boundPipelining(overCapacityAnswered(hostForHttp10(listener))),
+    boundPipelining(maxBodyBytes, overCapacityAnswered(hostForHttp10(refusingLargeBodies(maxBodyBytes, listener)))),
   )
   // A client that sends its FIN after a whole request is still answered, then closed, as server/wire.ts
   // does: by default node:http drops an answer not written by then (a follower's forwarded write, a
@@ -102,7 +103,13 @@ const CLOSING = Symbol('an answer of ours closes it')
 const COUNTED = Symbol('its answer counts in UNWRITTEN')
 const BEGUN = Symbol('its handler has begun')
 const RESPONSE = Symbol('its response')
-type Incoming = IncomingMessage & { [COUNTED]?: true; [BEGUN]?: true; [REFUSAL]?: true; [RESPONSE]?: ServerResponse }
+type Incoming = IncomingMessage & {
+  [COUNTED]?: true
+  [BEGUN]?: true
+  [REFUSAL]?: true
+  [RESPONSE]?: ServerResponse
+  _dump?: () => void // what node:http calls on a body its handler left unread
+}
 // A connection with what node:http keeps of its parser on it (undocumented, but how it has worked since
 // 0.x): the request being parsed, the callback that takes each head, and its hold on the socket's reads.
 type Parsing = Connection & {
@@ -137,10 +144,10 @@ function afterAnswers(socket: Parsing, code: string | undefined) {
 
 // Nothing more is said once the refusal is: the connection closes after it, or, where the handler's own
 // answer has begun, after that.
-function refuseInTurn(socket: Connection, outgoing: ServerResponse, status: number) {
-  socket[REFUSAL] = () => socket.end()
+function refuseInTurn(socket: Parsing, outgoing: ServerResponse, status: number) {
+  socket[REFUSAL] = () => closeGently.call(socket)
   if (!outgoing.headersSent) return refuseAndClose(outgoing, status)
-  if ((socket[UNWRITTEN] ?? 0) === 0) socket.end()
+  if ((socket[UNWRITTEN] ?? 0) === 0) closeGently.call(socket)
 }
 
 // RFC 9112 requires Host of HTTP/1.1 requests only; the adapter needs one of every request, to build its
@@ -153,6 +160,15 @@ const hostForHttp10 =
     const host = incoming.headers.host
     if (host !== undefined && !PLAIN_HOST.test(host) && !URL.canParse(`http://${host}/`))
       return refuseAndClose(outgoing, 400)
+    return listener(incoming, outgoing)
+  }
+
+// A body over the limit is refused by its length, whether or not its handler would read it, as ours
+// refuses it: unread, node:http would parse all of it, and the adapter wait up to 500 ms for it.
+const refusingLargeBodies =
+  (maxBodyBytes: number, listener: RequestListener): RequestListener =>
+  (incoming, outgoing) => {
+    if (Number(incoming.headers['content-length']) > maxBodyBytes) return refuseAndClose(outgoing, 413)
     return listener(incoming, outgoing)
   }
 
@@ -218,7 +234,7 @@ const UNWRITTEN = Symbol('answers the kernel has not taken')
 const ANSWERED = Symbol('the number of its last answer')
 const READ = Symbol('bytes read at its last answer')
 
-function boundPipelining(listener: RequestListener): RequestListener {
+function boundPipelining(maxBodyBytes: number, listener: RequestListener): RequestListener {
   return (incoming, outgoing) => {
     const socket = incoming.socket as Connection
     const ahead = socket[UNWRITTEN] ?? 0
@@ -227,7 +243,7 @@ function boundPipelining(listener: RequestListener): RequestListener {
     const counted: Incoming = incoming
     counted[COUNTED] = true
     counted[RESPONSE] = outgoing
-    if (incoming.headers['transfer-encoding'] !== undefined) boundChunks(counted)
+    if (incoming.headers['transfer-encoding'] !== undefined) boundChunks(counted, maxBodyBytes)
     outgoing.on('finish', written) // its last byte is with the kernel
     // Answered once Node has parsed all it read (Node runs no microtask inside its parser): a
     // connection that pipelines past the bound is closed by then, and costs no query. A microtask,
@@ -240,26 +256,41 @@ function boundPipelining(listener: RequestListener): RequestListener {
 // node:http counts no chunked framing: a 16 KB body may come as 16,000 one-byte chunks, each a Buffer
 // of its own through the adapter's two web streams; 100,000 of them kept a /health probe waiting 0.6 s.
 // A chunk whose data comes in the same read as the chunk before had its framing read whole, at least
-// 5 bytes ("1\r\n", then "\r\n" after its data). Past the chunks that ours' 8 KB of framing allows,
-// the request is refused with ours' 413, nothing more of its body is handed on (not even its end), and
-// the parser is paused: Node stops at the end of this read, and reports each read after as a client
-// error. Chunks one to a read are bounded by the body's 16 KB, and each costs its client a read.
+// 5 bytes ("1\r\n", then "\r\n" after its data). Past the chunks that ours' 8 KB of framing allows, or
+// past the body's limit, the request is refused with ours' 413, nothing more of its body is handed on
+// (not even its end), and the parser is paused: Node stops at the end of this read, and reports each
+// read after as a client error. Chunks one to a read each cost their client a read.
 const MAX_CHUNKS = Math.floor(MAX_FRAMING_BYTES / 5)
 
-function boundChunks(incoming: Incoming) {
+function boundChunks(incoming: Incoming, maxBodyBytes: number) {
   const socket = incoming.socket as Parsing
   let read = -1
   let chunks = 0
+  let bytes = 0
   incoming.push = (chunk, encoding) => {
-    if (chunks > MAX_CHUNKS) return true
-    if (chunk !== null && socket.bytesRead === read && ++chunks > MAX_CHUNKS) {
-      socket.parser?.pause()
-      afterAnswers(socket, 'HPE_PAUSED')
-      return true
+    if (chunks > MAX_CHUNKS || bytes > maxBodyBytes) return true // refused
+    if (chunk !== null) {
+      if (socket.bytesRead === read) chunks++
+      bytes += chunk.length
+      if (chunks > MAX_CHUNKS || bytes > maxBodyBytes) {
+        socket.parser?.pause()
+        afterAnswers(socket, 'HPE_PAUSED')
+        return true
+      }
     }
     read = socket.bytesRead
     return IncomingMessage.prototype.push.call(incoming, chunk, encoding)
   }
+  incoming._dump = dropCounted
+}
+
+// A body its handler leaves unread (a GET's, a 404's) node:http dumps: it skips push, but llhttp still
+// parses every chunk of it and calls into JS for each, counted by nothing: 4 MB of one-byte chunks to
+// a 404 cost the core a second. Here it is read as a handler reads it, through the bound above, and
+// dropped.
+function dropCounted(this: IncomingMessage) {
+  this.removeAllListeners('data')
+  this.resume()
 }
 
 // A Response node:http cannot write (a field value with a CR or LF, say) throws in the adapter past

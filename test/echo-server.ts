@@ -55,7 +55,10 @@ function bareNodeHttp() {
 const server =
   mode === 'llhttp'
     ? bareNodeHttp()
-    : (mode === 'node-server' ? createNodeServer(echo.fetch) : createWireServer(echo.fetch, MAX_BODY_BYTES)).server
+    : (mode === 'node-server'
+        ? createNodeServer(echo.fetch, MAX_BODY_BYTES)
+        : createWireServer(echo.fetch, MAX_BODY_BYTES)
+      ).server
 server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {
   console.log(`listening on http://127.0.0.1:${(server.address() as AddressInfo).port}`)
 })

@@ -36,7 +36,10 @@ forEachServer('the memory guard', (HTTP_SERVER) => {
   let port: number
   const connections = new Set<Socket>()
   before(async () => {
-    api = HTTP_SERVER === 'node-server' ? createNodeServer(app.fetch) : createWireServer(app.fetch, MAX_BODY_BYTES)
+    api =
+      HTTP_SERVER === 'node-server'
+        ? createNodeServer(app.fetch, MAX_BODY_BYTES)
+        : createWireServer(app.fetch, MAX_BODY_BYTES)
     api.server.on('connection', (socket: Socket) => {
       connections.add(socket)
       socket.on('close', () => connections.delete(socket))

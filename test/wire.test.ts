@@ -15,7 +15,7 @@ import { readIntoOneBuffer } from '../server/read-buffer.ts'
 import type { ApiServer } from '../server/api-server.ts'
 import { createNodeServer } from '../server/node-server.ts'
 import { createWireServer } from '../server/wire.ts'
-import { forEachServer, test } from './servers.ts'
+import { forEachServer, type HttpServer, test } from './servers.ts'
 
 let slowStarted = 0 // requests that reached /slow's handler
 let aborted = 0
@@ -171,7 +171,7 @@ function answers() {
 }
 
 // The same requests on each server, and read by ours in the one read buffer and as 'data' events.
-function requests() {
+function requests(server: HttpServer) {
   test("a body read late, after other connections' reads have come in, is the one sent", async () => {
     const late = conversation([
       'POST /late-echo HTTP/1.1\r\nHost: t\r\nContent-Length: 14\r\nConnection: close\r\n\r\nfirst-body-abc',
@@ -293,6 +293,28 @@ function requests() {
     })
   }
 
+  // A request that follows the body: answered only if the server read every byte of the body before it.
+  const following = 'GET /bytes HTTP/1.1\r\nHost: t\r\n\r\n'
+  test('a body over 16 KB that no handler reads is refused by its length: 413, closed', async () => {
+    const head = 'GET /bytes HTTP/1.1\r\nHost: t\r\nContent-Length: 16385\r\n\r\n'
+    assertClosedAfter(await conversation([`${head}${'x'.repeat(16_385)}${following}`]), ['413'], /16 KB"\}$/)
+  })
+
+  // node:http dumps a body its handler leaves unread, and counted none of it: 4 MB of one-byte chunks to
+  // a 404 cost the core a second (server/node-server.ts, dropCounted). It answers as the head comes (a
+  // 200 here), ours once the body has (413); either way the request after is never read.
+  const overLimit = {
+    'body over 16 KB': `4000\r\n${'x'.repeat(16_384)}\r\n1\r\nx\r\n0\r\n\r\n`,
+    'framing over 8 KB': `${'1\r\nx\r\n'.repeat(2_000)}0\r\n\r\n`,
+  }
+  for (const [what, body] of Object.entries(overLimit)) {
+    test(`a chunked body that no handler reads counts all the same: past its ${what}, the connection closes`, async () => {
+      const head = 'GET /bytes HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n'
+      const heard = await conversation([head, `${body}${following}`])
+      assertClosedAfter(heard, [server === 'net' ? '413' : '200'], server === 'net' ? /16 KB"\}$/ : /\r\n\r\nhi$/)
+    })
+  }
+
   test('a client that sends its FIN in the middle of a request gets a 400', async () => {
     const answer = await exchange(port, 'POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\nabc', {
       halfClose: true,
@@ -307,10 +329,10 @@ forEachServer(
     listening(() =>
       server === 'net'
         ? createWireServer(app.fetch, 16 * 1024)
-        : createNodeServer(app.fetch as Parameters<typeof createNodeServer>[0]),
+        : createNodeServer(app.fetch as Parameters<typeof createNodeServer>[0], 16 * 1024),
     )
     describe('answers', answers)
-    describe('requests', requests)
+    describe('requests', () => requests(server))
   },
   {
     differences: [
@@ -343,7 +365,7 @@ forEachServer(
 
 describe("ours (server/wire.ts) alone: requests read as 'data' events (a Node without the one read buffer)", () => {
   listening(() => createWireServer(app.fetch, 16 * 1024, { oneReadBuffer: false }))
-  requests()
+  requests('net')
 })
 
 describe('ours (server/wire.ts) alone: the one read buffer', () => {
