@@ -26,13 +26,14 @@ const statusLine = (status: number) =>
   (statusLines[status] ??= `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? 'Unknown'}\r\n`)
 
 // A whole answer in the JSON error shape, which closes the connection: for what is refused before a
-// fetch handler sees it (malformed HTTP, headers too large, a client too slow, a server full).
-export function rawError(status: number, message: string, fields: Record<string, string> = {}): string {
+// fetch handler sees it (malformed HTTP, headers too large, a client too slow, a server full). To a
+// HEAD, its fields alone (RFC 9110, 9.3.2), as every answer to one.
+export function rawError(status: number, message: string, fields: Record<string, string> = {}, head = false): string {
   const body = errorBody(message)
   const lines = Object.entries({ ...JSON_HEADERS, ...fields })
     .map(([name, value]) => `${name}: ${value}\r\n`)
     .join('')
-  return `${statusLine(status)}${lines}Content-Length: ${Buffer.byteLength(body)}\r\n${dateField()}${CLOSE}\r\n${body}`
+  return `${statusLine(status)}${lines}Content-Length: ${Buffer.byteLength(body)}\r\n${dateField()}${CLOSE}\r\n${head ? '' : body}`
 }
 
 export const CONTINUE = 'HTTP/1.1 100 Continue\r\n\r\n'

@@ -204,7 +204,8 @@ class Connection {
       answer = answerOf(response, { head: request.method === 'HEAD', keepAlive, minor: request.minor })
     } catch (error) {
       console.error(error)
-      answer = { head: rawError(500, 'internal server error'), body: null, chunked: false, close: true }
+      const error500 = rawError(500, 'internal server error', {}, request.method === 'HEAD')
+      answer = { head: error500, body: null, chunked: false, close: true }
     }
     this.answered = nextAnswer()
     const head = answer.latin1 ? Buffer.from(answer.head, 'latin1') : answer.head
@@ -274,13 +275,16 @@ class Connection {
 
   failed(error: unknown): typeof LATER {
     console.error(error)
+    const head = this.answering?.method === 'HEAD'
     this.answering = this.request = undefined
-    if (!this.socket.destroyed) this.answerAndClose(rawError(500, 'internal server error'))
+    if (!this.socket.destroyed) this.answerAndClose(rawError(500, 'internal server error', {}, head))
     return LATER
   }
 
+  // A refusal of a request whose head was read (a 413, a 503, a body at fault) knows its method.
   refuseStatus(status: number): typeof REFUSED {
-    this.answerAndClose(rawError(status, REFUSALS[status], status === 503 ? { 'retry-after': RETRY_AFTER_S } : {}))
+    const fields: Record<string, string> = status === 503 ? { 'retry-after': RETRY_AFTER_S } : {}
+    this.answerAndClose(rawError(status, REFUSALS[status], fields, this.reader.head?.method === 'HEAD'))
     return REFUSED
   }
 

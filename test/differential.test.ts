@@ -232,7 +232,15 @@ async function writeAll(socket: ReturnType<typeof connect>, c: Case) {
   }
 }
 
-type Answer = { status: number; line: string; fields: [string, string][]; body: Buffer; interim: number }
+// `toHead`: an answer to a HEAD, its body's fields without the body.
+type Answer = {
+  status: number
+  line: string
+  fields: [string, string][]
+  body: Buffer
+  interim: number
+  toHead: boolean
+}
 type Answers = { answers: Answer[]; rest: Buffer } // final answers, each with the 1xx before it, and bytes that make none
 
 // The answers in what a server sent: a HEAD's, a 204's and a 304's without a body, a 1xx counted
@@ -256,11 +264,12 @@ function readAnswers(raw: Buffer, methods: string[]): Answers {
     }
     // A refusal written before the request was read has a body, HEAD or not.
     const refusalBody = raw.toString('latin1', end + 4, end + 13) === '{"error":'
-    const bodiless = (methods[answers.length] === 'HEAD' && !refusalBody) || status === '204' || status === '304'
+    const toHead = methods[answers.length] === 'HEAD' && !refusalBody
+    const bodiless = toHead || status === '204' || status === '304'
     const length = fields.find(([name]) => name === 'content-length')?.[1]
     const bodyEnd = bodiless ? end + 4 : length !== undefined ? end + 4 + Number(length) : raw.length
     if (bodyEnd > raw.length) break
-    answers.push({ status: Number(status), line, fields, body: raw.subarray(end + 4, bodyEnd), interim })
+    answers.push({ status: Number(status), line, fields, body: raw.subarray(end + 4, bodyEnd), interim, toHead })
     interim = 0
     at = bodyEnd
   }
@@ -295,7 +304,9 @@ function isRefusal(answer: Answer): boolean {
     message !== undefined &&
     answer.status !== 503 &&
     closes(answer) &&
-    answer.body.toString('latin1') === errorBody(message) &&
+    (answer.toHead
+      ? field(answer, 'content-length') === String(errorBody(message).length)
+      : answer.body.toString('latin1') === errorBody(message)) &&
     field(answer, 'content-type') === 'application/json'
   )
 }

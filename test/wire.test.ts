@@ -300,6 +300,11 @@ function requests(server: HttpServer) {
     assertClosedAfter(await conversation([`${head}${'x'.repeat(16_385)}${following}`]), ['413'], /16 KB"\}$/)
   })
 
+  test('a refusal of a HEAD has its fields and no body', async () => {
+    const head = 'HEAD /bytes HTTP/1.1\r\nHost: t\r\nContent-Length: 16385\r\n\r\n'
+    assertClosedAfter(await conversation([head]), ['413'], /\r\ncontent-length: 46\r\n[^]*\r\n\r\n$/i)
+  })
+
   // node:http dumps a body its handler leaves unread, and counted none of it: 4 MB of one-byte chunks to
   // a 404 cost the core a second (server/node-server.ts, dropCounted). It answers as the head comes (a
   // 200 here), ours once the body has (413); either way the request after is never read.
