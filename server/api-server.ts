@@ -17,7 +17,9 @@ export interface ApiServer {
   // Listens, and says 'connection' for each connection it takes.
   readonly server: Server
   // The number of a connection's last answer among all this process gave, if it is idle now: no
-  // request on its way and no answer unwritten (0: it never asked). Undefined while it is busy.
+  // request on its way and no answer unwritten. One that has yet to ask counts from the last answer of
+  // all when it came, so that one just come, its request still in the kernel, is not closed first.
+  // Undefined while it is busy.
   idleSince(socket: Socket): number | undefined
   // How many connections it serves at most (the memory guard sets it). A connection past that is
   // answered and closed, never ignored: GET /health as usual, anything else a 503 (server at capacity).
@@ -64,3 +66,4 @@ export const OVER_CAPACITY_MS = 1_000
 // whose last answer is the oldest first.
 const answers = { given: 0 }
 export const nextAnswer = () => ++answers.given
+export const lastAnswer = () => answers.given

@@ -13,6 +13,7 @@ import {
   HEADERS_TIMEOUT_MS,
   HEALTH_PATH,
   KEEP_ALIVE_MS,
+  lastAnswer,
   LINGER_MS,
   MAX_UNWRITTEN,
   nextAnswer,
@@ -67,6 +68,7 @@ export function createNodeServer(fetch: Fetch, maxBodyBytes: number): ApiServer 
     },
   }
   server.on('connection', (socket: Connection) => {
+    socket[ANSWERED] = lastAnswer()
     stopParsingWhenClosed(socket)
     socket.destroySoon = closeGently
     if (admitted < api.maxConnections) {
@@ -229,8 +231,9 @@ function refuseAndClose(outgoing: ServerResponse, status: number, fields: Record
 // whether any are being taken (api-server.ts, MAX_UNWRITTEN). Here the request after the bound closes
 // the connection, and the answers still queued are dropped.
 const UNWRITTEN = Symbol('answers the kernel has not taken')
-// For the memory guard: when a connection last answered (in the order of all answers), and how many
-// bytes it had read by then: more read since is a request on its way.
+// For the memory guard: when a connection last answered (in the order of all answers; one that has yet
+// to ask, the last answer of all when it came), and how many bytes it had read by then: more read since
+// is a request on its way.
 const ANSWERED = Symbol('the number of its last answer')
 const READ = Symbol('bytes read at its last answer')
 
@@ -317,7 +320,6 @@ function written(this: ServerResponse) {
   if (--socket[UNWRITTEN]! === 0) socket[REFUSAL]?.()
 }
 
-// One that never asked is idle since it connected.
 function idleSince(socket: Connection): number | undefined {
   if ((socket[UNWRITTEN] ?? 0) > 0 || socket.writableLength > 0 || socket.bytesRead !== (socket[READ] ?? 0))
     return undefined

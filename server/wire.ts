@@ -16,6 +16,7 @@ import {
   HEADERS_TIMEOUT_MS,
   HEALTH_PATH,
   KEEP_ALIVE_MS,
+  lastAnswer,
   LINGER_MS,
   MAX_UNWRITTEN,
   nextAnswer,
@@ -101,6 +102,7 @@ class Connection {
   answering: Head | undefined // the head of the request being answered
   request: IncomingRequest | undefined
   answered = 0 // the number of its last answer (0: none yet)
+  readonly cameAfter = lastAnswer() // the number of the last answer of all when it came
   sent = 0 // what it has written, in the units of socket.writableLength
   unwritten: number[] | undefined // where each answer the kernel had not taken when written ends
   clientEnded = false
@@ -314,7 +316,8 @@ class Connection {
   }
 
   idleSince(): number | undefined {
-    return this.state === WAITING && this.reader.idle && this.socket.writableLength === 0 ? this.answered : undefined
+    const idle = this.state === WAITING && this.reader.idle && this.socket.writableLength === 0
+    return idle ? this.answered || this.cameAfter : undefined
   }
 
   // Once a second: closes what has waited too long. A request too slow is a 408; a connection over

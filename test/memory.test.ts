@@ -86,12 +86,15 @@ forEachServer('the memory guard', (HTTP_SERVER) => {
       `POST /posts HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${await db.tokenFor(1)}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"bo`,
     )
     const asking = await opened('GET /posts/1 HTTP/1.1\r\nHo')
+    // One come after their answers that has yet to ask (its request may be in the kernel still): not
+    // the least recently used.
+    const fresh = await opened('')
     await until(
       () => serverHasRead(writing) && serverHasRead(asking),
       2_000,
       'the server to read the two requests begun',
     )
-    assert.ok([...idle, writing, asking].every((s) => !s.destroyed))
+    assert.ok([...idle, writing, asking, fresh].every((s) => !s.destroyed))
 
     used = 920 // 80 MiB free: taking no more than it holds
     await until(() => memoryHealth().memory === 'full', 2_000, 'the guard to see it')
@@ -125,10 +128,12 @@ forEachServer('the memory guard', (HTTP_SERVER) => {
       'the least recently used first',
     )
     assert.ok(!writing.destroyed && !asking.destroyed, 'never one with a request on its way')
+    assert.ok(!fresh.destroyed, 'not one come after the idle ones answered, before them')
     assert.equal(memoryHealth().memory, 'full')
 
     // One that closes makes room for one.
     idle.at(-1)!.destroy()
+    fresh.destroy()
     await until(() => connections.size === 9 - count, 2_000, 'the close to be seen')
     const room = await opened()
     assert.match(room.text, /^HTTP\/1.1 200 /)
@@ -137,6 +142,6 @@ forEachServer('the memory guard', (HTTP_SERVER) => {
     await until(() => memoryHealth().memory === undefined, 2_000, 'the guard to take connections again')
     const more = await Promise.all(Array.from({ length: 5 }, () => opened()))
     assert.ok(more.every((s) => /^HTTP\/1.1 200 /.test(s.text)))
-    for (const socket of [...idle, writing, asking, room, ...more]) socket.destroy()
+    for (const socket of [...idle, writing, asking, fresh, room, ...more]) socket.destroy()
   })
 })
