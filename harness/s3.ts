@@ -2,17 +2,13 @@
 // replication and follower tests and in the benchmark's cluster.
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { join } from 'node:path'
 import { ROOT } from './tools.ts'
 
 // s3rver on the given port (0: any) and cores, one bucket (feed), its objects in a folder; stop() ends
 // it. Litestream gets `env`; a restore by hand takes `url`.
 export async function startS3rver(port: number, directory: string, cores?: string) {
-  const script = `
-    import S3rver from 's3rver'
-    const [directory, port] = process.argv.slice(1)
-    const { port: bound } = await new S3rver({ address: '127.0.0.1', port: Number(port), silent: true, directory, configureBuckets: [{ name: 'feed' }] }).run()
-    console.log(bound)`
-  const command = [process.execPath, '--input-type=module', '-e', script, directory, String(port)]
+  const command = [process.execPath, join(ROOT, 'harness', 's3rver.ts'), directory, String(port)]
   const [file, ...argv] = cores ? ['taskset', '-c', cores, ...command] : command
   const child = spawn(file, argv, { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'] })
   // Its port once it listens; an exit or 20 s without it fail the start.
