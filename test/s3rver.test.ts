@@ -49,3 +49,22 @@ test('an object is listed only whole, while its PUT is written, and read whole o
     [],
   )
 })
+
+test('a multipart upload is read whole once its completion is answered', async () => {
+  // Every part but the last is at least 5 MiB, as S3 asks.
+  const parts = [Buffer.alloc(5 << 20, 1), Buffer.alloc(1 << 20, 2)]
+  const object = `${bucket}multipart`
+  const started = await (await request(`${object}?uploads`, { method: 'POST' })).text()
+  const uploadId = /<UploadId>([^<]+)<\/UploadId>/.exec(started)?.[1]
+  assert.ok(uploadId, started)
+  let completion = '<CompleteMultipartUpload>'
+  for (const [i, part] of parts.entries()) {
+    const put = await request(`${object}?partNumber=${i + 1}&uploadId=${uploadId}`, { method: 'PUT', body: part })
+    assert.equal(put.status, 200)
+    completion += `<Part><PartNumber>${i + 1}</PartNumber><ETag>${put.headers.get('etag')}</ETag></Part>`
+  }
+  completion += '</CompleteMultipartUpload>'
+  const completed = await request(`${object}?uploadId=${uploadId}`, { method: 'POST', body: completion })
+  assert.equal(completed.status, 200, await completed.text())
+  assert.deepEqual(Buffer.from(await (await request(object)).arrayBuffer()), Buffer.concat(parts))
+})
