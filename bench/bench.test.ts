@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict'
 import { execFileSync, spawnSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { type AddressInfo, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { after, before, describe, test } from 'node:test'
@@ -16,7 +17,7 @@ import { ROOT } from '../harness/tools.ts'
 import { countSyscalls } from './lib.ts'
 import { k6Percentile, levelsOfLog, limitOf, type Scoring } from './score-level.ts'
 import { confirm, search } from './score-search.ts'
-import { send, sequence } from './sequence.ts'
+import { send, sendInTurn, sequence } from './sequence.ts'
 import { usersVariantsOf } from './users-comparison.ts'
 
 // wrk: .ci/run installs it. Missing, its tests skip, or fail where REQUIRE_TOOLS says every tool is here (CI).
@@ -407,5 +408,28 @@ describe('bench/sequence.ts', () => {
 
   test('rejects at the first answer that is not what the kind expects', async () => {
     await assert.rejects(send(Number(new URL(ceiling.url).port), sequence('post', 5, [])), /post 0: 200 \{"posts"/)
+  })
+
+  test('sends in turn: each request on the next connection, every connection asked once first', async () => {
+    // A server that answers every request as a feed, and notes the connection each came on.
+    const seen: number[] = []
+    let opened = 0
+    const body = '{"posts":[{"id":1}]}'
+    const server = createServer((socket) => {
+      const id = opened++
+      socket.on('data', (chunk) => {
+        for (let i = 0; i < String(chunk).split('\r\n\r\n').length - 1; i++) {
+          seen.push(id)
+          socket.write(`HTTP/1.1 200 OK\r\nContent-Length: ${body.length}\r\n\r\n${body}`)
+        }
+      })
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    try {
+      await sendInTurn((server.address() as AddressInfo).port, sequence('feed', 7, []), 3, 10_000)
+      assert.deepEqual(seen, [0, 1, 2, 0, 1, 2, 0, 1, 2, 0])
+    } finally {
+      server.close()
+    }
   })
 })

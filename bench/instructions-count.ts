@@ -36,7 +36,7 @@ export const cpuName = () =>
 type Run = { child: ChildProcess; port: number; dir: string; output: () => string; stop: () => Promise<number | null> }
 
 // A server on a fresh copy of the seed, in a folder of its own; prefix runs before node (valgrind...).
-async function startTarget(target: Target, seed: Seed, prefix: string[], nodeFlags: string[]): Promise<Run> {
+export async function startTarget(target: Target, seed: Seed, prefix: string[], nodeFlags: string[]): Promise<Run> {
   const dir = join(CACHE, `instructions-${process.pid}-${Math.random().toString(36).slice(2, 8)}`)
   mkdirSync(dir, { recursive: true })
   copyFileSync(seed.db, join(dir, 'feed.db'))

@@ -9,9 +9,15 @@
 //   npm run bench -- --score --full --resume <log>          a stopped run, on from its last level
 //   npm run bench -- --score --k6 <k6 binary> its users generator against the real k6, at 10,000 users
 //   npm run bench -- --instructions [--check | --record]     instructions a request, counted (bench/instructions.ts)
+//   npm run bench -- --caches [--connections 4000]          a request in the caches, simulated (bench/caches.ts)
 //
 // The mode's flag picks the module; the rest of the arguments are its options.
-const MODES = { '--cluster': './cluster.ts', '--score': './score.ts', '--instructions': './instructions.ts' } as const
+const MODES = {
+  '--cluster': './cluster.ts',
+  '--score': './score.ts',
+  '--instructions': './instructions.ts',
+  '--caches': './caches.ts',
+} as const
 
 const argv = process.argv.slice(2)
 const modes = Object.keys(MODES).filter((flag) => argv.includes(flag)) as (keyof typeof MODES)[]

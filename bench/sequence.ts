@@ -65,40 +65,110 @@ export function requestBytes(kind: Single, postId: number, token: string, i: num
 // rejects at the first wrong answer, closed connection, or an answer later than timeoutMs.
 export async function send(port: number, requests: Request[], { connections = 1, timeoutMs = 60_000 } = {}) {
   const lanes = Array.from({ length: connections }, (_, lane) => requests.filter((_, i) => i % connections === lane))
-  await Promise.all(lanes.map((lane) => sendOn(port, lane, timeoutMs)))
+  await Promise.all(
+    lanes.map(async (lane) => {
+      if (lane.length === 0) return
+      const connection = await KeepAlive.open(port, timeoutMs)
+      try {
+        for (const request of lane) await connection.ask(request)
+      } finally {
+        connection.close()
+      }
+    }),
+  )
 }
 
-async function sendOn(port: number, requests: Request[], timeoutMs: number) {
-  if (requests.length === 0) return
-  const socket: Socket = connect({ port, host: '127.0.0.1', noDelay: true })
+// Sends the requests one at a time, each on the next of `connections` keep-alive connections in turn,
+// so that each finds its connection as a user's next request does, not touched since its last; every
+// connection has asked for the feed once first (a connection that never asks is closed by the server).
+export async function sendInTurn(port: number, requests: Request[], connections: number, timeoutMs = 60_000) {
+  const opened: KeepAlive[] = []
   try {
-    await new Promise<void>((resolve, reject) => {
-      let i = 0
-      let buffer: Buffer = Buffer.alloc(0)
-      let timer = setTimeout(() => reject(new Error(`no answer to request ${i} in ${timeoutMs} ms`)), timeoutMs)
-      socket.on('error', reject)
-      socket.on('close', () => reject(new Error(`the server closed the connection at request ${i}`)))
-      socket.on('data', (chunk: Buffer) => {
-        buffer = buffer.length ? Buffer.concat([buffer, chunk]) : chunk
-        const end = buffer.indexOf('\r\n\r\n')
-        if (end < 0) return
-        const head = buffer.toString('latin1', 0, end)
-        const length = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? NaN)
-        if (buffer.length < end + 4 + length) return
-        const status = Number(head.slice(9, 12))
-        const body = buffer.toString('utf8', end + 4, end + 4 + length)
-        buffer = buffer.subarray(end + 4 + length)
-        const [statuses, prefix] = EXPECT[requests[i].kind]
-        if (!statuses.includes(status) || !body.startsWith(prefix))
-          return reject(new Error(`${requests[i].kind} ${i}: ${status} ${body.slice(0, 80)}`))
-        clearTimeout(timer)
-        if (++i === requests.length) return resolve()
-        timer = setTimeout(() => reject(new Error(`no answer to request ${i} in ${timeoutMs} ms`)), timeoutMs)
-        socket.write(requests[i].bytes)
-      })
-      socket.once('connect', () => socket.write(requests[0].bytes))
-    })
+    for (let i = 0; i < connections; i++) {
+      opened.push(await KeepAlive.open(port, timeoutMs))
+      await opened[i].ask({ kind: 'feed', bytes: requestBytes('feed', 0, '', 0) })
+    }
+    for (const [i, request] of requests.entries()) await opened[i % connections].ask(request)
   } finally {
-    socket.destroy()
+    for (const connection of opened) connection.close()
+  }
+}
+
+// One keep-alive connection, asking one request at a time and checking each answer.
+class KeepAlive {
+  readonly #socket: Socket
+  readonly #timeoutMs: number
+  #buffer: Buffer = Buffer.alloc(0)
+  #asked = 0
+  #gone: Error | undefined // why the connection can take no more requests
+  #waiting: { request: Request; resolve: () => void; reject: (error: Error) => void; timer: NodeJS.Timeout } | undefined
+
+  static async open(port: number, timeoutMs: number) {
+    const connection = new KeepAlive(connect({ port, host: '127.0.0.1', noDelay: true }), timeoutMs)
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(
+        () => (connection.close(), reject(new Error(`no connection in ${timeoutMs} ms`))),
+        timeoutMs,
+      )
+      connection.#socket.once('connect', () => (clearTimeout(timer), resolve()))
+      connection.#socket.once('error', (error) => (clearTimeout(timer), reject(error)))
+    })
+    return connection
+  }
+
+  constructor(socket: Socket, timeoutMs: number) {
+    this.#socket = socket
+    this.#timeoutMs = timeoutMs
+    socket.on('data', (chunk: Buffer) => this.#received(chunk))
+    socket.on('error', (error) => this.#fail(error))
+    socket.on('close', () => this.#fail(new Error(`the server closed the connection at request ${this.#asked}`)))
+  }
+
+  // Resolves once the request is answered as its kind expects; rejects at anything else.
+  ask(request: Request): Promise<void> {
+    return new Promise((resolve, reject) => {
+      if (this.#gone) return reject(this.#gone)
+      const timer = setTimeout(
+        () => this.#fail(new Error(`no answer to request ${this.#asked} in ${this.#timeoutMs} ms`)),
+        this.#timeoutMs,
+      )
+      this.#waiting = { request, resolve, reject, timer }
+      this.#socket.write(request.bytes)
+    })
+  }
+
+  close() {
+    this.#waiting = undefined
+    this.#gone ??= new Error('closed')
+    this.#socket.destroy()
+  }
+
+  #received(chunk: Buffer) {
+    const buffer = (this.#buffer = this.#buffer.length ? Buffer.concat([this.#buffer, chunk]) : chunk)
+    const end = buffer.indexOf('\r\n\r\n')
+    if (end < 0 || !this.#waiting) return
+    const head = buffer.toString('latin1', 0, end)
+    const length = Number(/\r\ncontent-length: *(\d+)/i.exec(head)?.[1] ?? NaN)
+    if (buffer.length < end + 4 + length) return
+    const status = Number(head.slice(9, 12))
+    const body = buffer.toString('utf8', end + 4, end + 4 + length)
+    this.#buffer = buffer.subarray(end + 4 + length)
+    const { request, resolve, timer } = this.#waiting
+    const [statuses, prefix] = EXPECT[request.kind]
+    if (!statuses.includes(status) || !body.startsWith(prefix))
+      return this.#fail(new Error(`${request.kind} ${this.#asked}: ${status} ${body.slice(0, 80)}`))
+    clearTimeout(timer)
+    this.#waiting = undefined
+    this.#asked++
+    resolve()
+  }
+
+  #fail(error: Error) {
+    this.#gone ??= error
+    const waiting = this.#waiting
+    if (!waiting) return
+    clearTimeout(waiting.timer)
+    this.#waiting = undefined
+    waiting.reject(error)
   }
 }
