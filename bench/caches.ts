@@ -46,6 +46,9 @@ async function simulated(target: Target, seed: Seed, tokens: string[], connectio
   try {
     await sendInTurn(run.port, sequence('mix', k, tokens), connections, 120_000)
     await run.stop()
+  } catch (error) {
+    run.child.kill('SIGKILL') // a run that failed leaves no server behind
+    throw error
   } finally {
     rmSync(run.dir, { recursive: true, force: true })
   }
@@ -62,7 +65,11 @@ async function simulated(target: Target, seed: Seed, tokens: string[], connectio
 // A target's figures a request: its runs of n and 2n requests, side by side on the two cores.
 async function measure(target: Target, seed: Seed, tokens: string[], connections: number, n: number) {
   log(`bench: ${target.name}: 2 valgrind runs, ${fmt(connections)} connections, up to ${fmt(2 * n)} requests`)
-  const [first, second] = await Promise.all([n, 2 * n].map((k) => simulated(target, seed, tokens, connections, k)))
+  // Both settled before a failure is thrown: each failed run stops its server, and the other's is not left.
+  const runs = await Promise.allSettled([n, 2 * n].map((k) => simulated(target, seed, tokens, connections, k)))
+  const failed = runs.find((run) => run.status === 'rejected')
+  if (failed) throw failed.reason
+  const [first, second] = runs.map((run) => (run as PromiseFulfilledResult<Misses>).value)
   return { ir: (second.ir - first.ir) / n, l1: (second.l1 - first.l1) / n, ll: (second.ll - first.ll) / n }
 }
 
@@ -75,6 +82,8 @@ export async function main(argv: string[]) {
   } as const
   const { values: args } = parseArgs({ args: argv, options })
   const [connections, n] = [Number(args.connections), Number(args.n)]
+  if (!(Number.isInteger(connections) && connections >= 1 && Number.isInteger(n) && n >= 1))
+    throw new Error('--connections and --n are whole numbers of at least 1')
   const { seed, flags } = prepare(args.flags)
   const tokens = readFileSync(seed.tokens, 'utf8').trim().split('\n')
   const commit = commitOf(ROOT)

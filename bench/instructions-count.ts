@@ -105,6 +105,9 @@ async function instructions(target: Target, kind: Kind, k: number, seed: Seed, t
   try {
     await answered(run, kind, 0, k, tokens)
     await run.stop()
+  } catch (error) {
+    run.child.kill('SIGKILL') // a run that failed leaves no server behind
+    throw error
   } finally {
     rmSync(run.dir, { recursive: true, force: true })
   }
@@ -187,16 +190,23 @@ type HeapNode = { selfSize: number; children: HeapNode[] }
 const bytesOf = (node: HeapNode): number => node.children.reduce((sum, child) => sum + bytesOf(child), node.selfSize)
 
 // Runs the jobs two at a time (valgrind keeps a process on one core; these machines have two).
+// A failed job stops the rest, and is thrown once the other job running has ended (each stops its server).
 async function inPairs<T>(jobs: (() => Promise<T>)[]): Promise<T[]> {
   const results: T[] = new Array(jobs.length)
+  const failures: unknown[] = []
   let next = 0
   const worker = async () => {
-    while (next < jobs.length) {
+    while (next < jobs.length && failures.length === 0) {
       const i = next++
-      results[i] = await jobs[i]()
+      try {
+        results[i] = await jobs[i]()
+      } catch (error) {
+        failures.push(error)
+      }
     }
   }
   await Promise.all([worker(), worker()])
+  if (failures.length) throw failures[0]
   return results
 }
 
