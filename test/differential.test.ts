@@ -38,8 +38,8 @@ const DEADLINE_MS = 1_000
 type Pace = { lanes: number; quietMs: number; deadlineMs: number }
 const FUZZING: Pace = { lanes: LANES, quietMs: QUIET_MS, deadlineMs: DEADLINE_MS }
 const EXHAUSTING: Pace = { lanes: 4, quietMs: 1_000, deadlineMs: 3_000 }
-// A case that failed where today's or llhttp gave nothing in time is sent again, alone, at this pace;
-// so many at most (each may take seconds), the rest failures as they are.
+// A case that failed where today's or llhttp gave nothing in time (at first, or llhttp asked again) is
+// sent again, alone, at this pace; so many at most (each may take seconds), the rest failures as they are.
 const ALONE: Pace = { lanes: 1, quietMs: 1_000, deadlineMs: 3_000 }
 const MAX_RETRIED = 20
 // A case in more writes than this is matched as written, or in one read, not in every joining of them.
@@ -442,7 +442,8 @@ function matchingView(c: Case, ours: Answer[]): View[] | undefined {
 
 type Got = { ours: Received; today: Received; oracle: Received }
 // A case's outcome, counted by kind; a failure says what went wrong.
-type Verdict = { outcome: string; failure?: string }
+// late: the failure rests on an answer llhttp, asked again, did not give in time.
+type Verdict = { outcome: string; failure?: string; late?: boolean }
 
 // A case judged by the three rules: no crash or 5xx; nothing llhttp refuses taken; today's answers, or a
 // deliberate difference.
@@ -450,10 +451,13 @@ async function judge(c: Case, got: Got, oraclePort: number, pace: Pace): Promise
   const ours = readAnswers(got.ours.raw, c.methods)
   const today = readAnswers(got.today.raw, c.methods)
   const views = matchingView(c, ours.answers)
-  const fault =
-    serverFault(got, views, ours, today) ??
-    (await llhttpRefuses(c, views, ours.answers, readAnswers(got.oracle.raw, c.methods).answers, oraclePort, pace))
-  if (fault) return { outcome: fault.split(':')[0], failure: fault }
+  const fault = serverFault(got, views, ours, today)
+  const refused =
+    fault === undefined
+      ? await llhttpRefuses(c, views, ours.answers, readAnswers(got.oracle.raw, c.methods).answers, oraclePort, pace)
+      : undefined
+  const failure = fault ?? refused?.failure
+  if (failure) return { outcome: failure.split(':')[0], failure, late: refused?.late }
   const same = (a: Answer[], b: Answer[]) =>
     a.length === b.length && a.every((answer, k) => comparable(answer) === comparable(b[k]))
   if (same(ours.answers, today.answers) && ours.rest.equals(today.rest))
@@ -521,24 +525,31 @@ async function llhttpRefuses(
   oracle: Answer[],
   oraclePort: number,
   pace: Pace,
-): Promise<string | undefined> {
+): Promise<{ failure: string; late?: boolean } | undefined> {
   const answered = ours.flatMap((answer, k) => (isRefusal(answer) ? [] : [k]))
   if (answered.length === 0) return undefined
   const last = answered.at(-1)!
   if (!views)
-    return `unexplained: ours answered ${ours[last].status} to request ${last}, which http1.ts does not read as a request`
+    return {
+      failure: `unexplained: ours answered ${ours[last].status} to request ${last}, which http1.ts does not read as a request`,
+    }
   let echoes = oracle
+  let late = false // asked again, llhttp sent nothing in time (on a busy machine)
   if (oracle.slice(0, last + 1).filter((echo) => echo.status < 300).length <= last) {
     const prefix = c.bytes.subarray(0, (views[last] as Seen).end)
     const again = await send(oraclePort, { ...c, bytes: prefix, writes: [], delays: [], requests: last + 1 }, pace)
     echoes = readAnswers(again.raw, c.methods).answers
+    late = silent(again)
   }
   for (const k of answered) {
     const echo = echoes[k]
     if (echo === undefined || echo.status >= 300)
-      return `accepted what llhttp refuses: ours answered ${ours[k].status} to request ${k}; llhttp, given the bytes up to its end, ${echo ? `answered ${echo.status} ${echo.body.toString('latin1').slice(0, 60)}` : 'gave no answer'}`
+      return {
+        failure: `accepted what llhttp refuses: ours answered ${ours[k].status} to request ${k}; llhttp, given the bytes up to its end, ${echo ? `answered ${echo.status} ${echo.body.toString('latin1').slice(0, 60)}` : 'gave no answer'}`,
+        late,
+      }
     const differs = c.methods[k] !== 'HEAD' && framedOtherwise(views[k] as Seen, echo)
-    if (differs) return `framed otherwise by llhttp: request ${k}'s ${differs}`
+    if (differs) return { failure: `framed otherwise by llhttp: request ${k}'s ${differs}` }
   }
   return undefined
 }
@@ -671,7 +682,7 @@ async function runCases(cases: Case[], ports: Ports, pace = FUZZING): Promise<Ru
       send(ports.oracle, c, pace),
     ])
     const verdict = await judge(c, { ours, today, oracle }, ports.oracle, pace)
-    if (verdict.failure && !last && again.length < MAX_RETRIED && [today, oracle].some(silent))
+    if (verdict.failure && !last && again.length < MAX_RETRIED && (verdict.late || [today, oracle].some(silent)))
       return void again.push(i)
     run.outcomes[i] = verdict.outcome
     run.counts.set(verdict.outcome, (run.counts.get(verdict.outcome) ?? 0) + 1)
