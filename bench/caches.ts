@@ -20,7 +20,7 @@ import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { CACHE, type Seed } from '../harness/seed.ts'
 import { ROOT } from '../harness/tools.ts'
-import { PREDICTABLE, startTarget, type Target } from './instructions-count.ts'
+import { type Target, underValgrind } from './instructions-count.ts'
 import { commitOf, fmt, log, prepare, printColumns, RESULTS, resultsFile } from './lib.ts'
 import { sendInTurn, sequence } from './sequence.ts'
 
@@ -42,16 +42,9 @@ async function simulated(target: Target, seed: Seed, tokens: string[], connectio
   const out = join(CACHE, `caches-${process.pid}-${Math.random().toString(36).slice(2, 8)}.out`)
   const valgrind = ['valgrind', '--tool=cachegrind', '--cache-sim=yes', ...CACHES, `--cachegrind-out-file=${out}`]
   const prefix = ['setarch', process.arch === 'x64' ? 'x86_64' : 'aarch64', '-R', ...valgrind]
-  const run = await startTarget(target, seed, prefix, [...target.flags, ...PREDICTABLE])
-  try {
-    await sendInTurn(run.port, sequence('mix', k, tokens), connections, 120_000)
-    await run.stop()
-  } catch (error) {
-    run.child.kill('SIGKILL') // a run that failed leaves no server behind
-    throw error
-  } finally {
-    rmSync(run.dir, { recursive: true, force: true })
-  }
+  await underValgrind(target, seed, prefix, (run) =>
+    sendInTurn(run.port, sequence('mix', k, tokens), connections, 120_000),
+  )
   const text = readFileSync(out, 'utf8')
   rmSync(out, { force: true })
   const events = /^events: (.*)$/m.exec(text)?.[1].trim().split(' ') ?? []

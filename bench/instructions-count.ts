@@ -36,7 +36,7 @@ export const cpuName = () =>
 type Run = { child: ChildProcess; port: number; dir: string; output: () => string; stop: () => Promise<number | null> }
 
 // A server on a fresh copy of the seed, in a folder of its own; prefix runs before node (valgrind...).
-export async function startTarget(target: Target, seed: Seed, prefix: string[], nodeFlags: string[]): Promise<Run> {
+async function startTarget(target: Target, seed: Seed, prefix: string[], nodeFlags: string[]): Promise<Run> {
   const dir = join(CACHE, `instructions-${process.pid}-${Math.random().toString(36).slice(2, 8)}`)
   mkdirSync(dir, { recursive: true })
   copyFileSync(seed.db, join(dir, 'feed.db'))
@@ -84,6 +84,21 @@ async function answered(run: Run, kind: Kind, from: number, to: number, tokens: 
   await send(run.port, sequence(kind, to, tokens).slice(from), { timeoutMs: 120_000 })
 }
 
+// A server started under valgrind (prefix) serves what `send` sends, then stops, writing valgrind's
+// output; a run that failed leaves no server behind.
+export async function underValgrind(target: Target, seed: Seed, prefix: string[], send: (run: Run) => Promise<void>) {
+  const run = await startTarget(target, seed, prefix, [...target.flags, ...PREDICTABLE])
+  try {
+    await send(run)
+    await run.stop()
+  } catch (error) {
+    run.child.kill('SIGKILL')
+    throw error
+  } finally {
+    rmSync(run.dir, { recursive: true, force: true })
+  }
+}
+
 // valgrind's instruction count of a whole run that serves the first k requests of the kind.
 async function instructions(target: Target, kind: Kind, k: number, seed: Seed, tokens: string[]): Promise<number> {
   const dir = join(CACHE, `cachegrind-${process.pid}`)
@@ -101,16 +116,7 @@ async function instructions(target: Target, kind: Kind, k: number, seed: Seed, t
     '--cache-sim=no',
     `--cachegrind-out-file=${out}`,
   ]
-  const run = await startTarget(target, seed, prefix, [...target.flags, ...PREDICTABLE])
-  try {
-    await answered(run, kind, 0, k, tokens)
-    await run.stop()
-  } catch (error) {
-    run.child.kill('SIGKILL') // a run that failed leaves no server behind
-    throw error
-  } finally {
-    rmSync(run.dir, { recursive: true, force: true })
-  }
+  await underValgrind(target, seed, prefix, (run) => answered(run, kind, 0, k, tokens))
   const total = Number(/^summary: (\d+)$/m.exec(readFileSync(out, 'utf8'))?.[1])
   rmSync(out, { force: true })
   if (!total) throw new Error(`no instruction count in ${out}`)
