@@ -161,7 +161,7 @@ function insertRows(db: DatabaseSync) {
 
 // The checksum as the challenge defines it: SHA-256 over the users by id, the posts by id and the likes
 // by post and user, each row its columns joined by '|' and a newline, as the sqlite3 shell prints them.
-// SQLite writes the lines, 5,000 ids at a time: a row a call to JS took twice as long.
+// SQLite writes the lines, 5,000 ids at a time: a call into JS for every row took twice as long.
 function contentChecksum(db: DatabaseSync): string {
   const hash = createHash('sha256')
   const tables = [
