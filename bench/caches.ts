@@ -42,11 +42,15 @@ async function simulated(target: Target, seed: Seed, tokens: string[], connectio
   const out = join(CACHE, `caches-${process.pid}-${Math.random().toString(36).slice(2, 8)}.out`)
   const valgrind = ['valgrind', '--tool=cachegrind', '--cache-sim=yes', ...CACHES, `--cachegrind-out-file=${out}`]
   const prefix = ['setarch', process.arch === 'x64' ? 'x86_64' : 'aarch64', '-R', ...valgrind]
-  await underValgrind(target, seed, prefix, (run) =>
-    sendInTurn(run.port, sequence('mix', k, tokens), connections, 120_000),
-  )
-  const text = readFileSync(out, 'utf8')
-  rmSync(out, { force: true })
+  let text: string
+  try {
+    await underValgrind(target, seed, prefix, (run) =>
+      sendInTurn(run.port, sequence('mix', k, tokens), connections, 120_000),
+    )
+    text = readFileSync(out, 'utf8')
+  } finally {
+    rmSync(out, { force: true })
+  }
   const events = /^events: (.*)$/m.exec(text)?.[1].trim().split(' ') ?? []
   const totals = /^summary: (.*)$/m.exec(text)?.[1].trim().split(' ').map(Number) ?? []
   const total = (...names: string[]) => names.reduce((sum, name) => sum + totals[events.indexOf(name)], 0)

@@ -137,9 +137,9 @@ class KeepAlive {
     })
   }
 
+  // A request still waiting is rejected, and its timer cleared.
   close() {
-    this.#waiting = undefined
-    this.#gone ??= new Error('closed')
+    this.#fail(new Error('closed'))
     this.#socket.destroy()
   }
 
